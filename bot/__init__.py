@@ -1,0 +1,1 @@
+"""specperf's front ends: the ``specperf`` terminal command (and, later, the Slack app)."""

@@ -1,0 +1,202 @@
+"""The ``specperf.toml`` configuration: hosts, engines (with their modes) and workloads.
+
+The file is TOML (parsed with :mod:`tomllib`) validated by pydantic models that forbid unknown
+keys, so a typo is an error, not a silently ignored setting. Strings in ``python``, ``model``,
+``args``, mode arguments and ``env`` may reference environment variables as ``${NAME}``;
+``python`` and ``model`` may also start with ``~``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from core._errors import ConfigError
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(text: str) -> str:
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ValueError(f"references ${{{name}}}, which is not set in the environment")
+        return os.environ[name]
+
+    return _VAR.sub(sub, text)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostConfig(_Strict):
+    """A machine that runs engines. With no ``ssh`` it is the local machine."""
+
+    ssh: str | None = None
+    exec_prefix: list[str] = Field(default_factory=list)
+    workdir: str | None = None
+
+
+class EngineConfig(_Strict):
+    """One serving engine: how to launch it and which modes it has.
+
+    ``modes`` maps a mode name (``baseline``, ``eagle3``, ...) to the extra launch arguments of
+    that mode; ``args`` are common to every mode. ``command`` is only for ``kind = "command"``:
+    the full argv, where ``{port}``, ``{model}`` and ``{python}`` are replaced.
+    """
+
+    kind: Literal["vllm", "sglang", "command"]
+    host: str = "local"
+    python: str = "python3"
+    model: str = ""
+    served_model_name: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    modes: dict[str, list[str]] = Field(default_factory=lambda: {"baseline": []})
+    command: list[str] = Field(default_factory=list)
+    health_path: str = "/health"
+    port: int = Field(default=8199, ge=1, le=65535)
+    cpus: list[int] | None = None
+    ready_timeout_s: float = Field(default=600.0, gt=0)
+    stop_grace_s: float = Field(default=15.0, gt=0)
+
+    @field_validator("python", "model")
+    @classmethod
+    def _expand_path(cls, value: str) -> str:
+        return os.path.expanduser(_expand(value)) if value else value
+
+    @field_validator("args", "command")
+    @classmethod
+    def _expand_list(cls, value: list[str]) -> list[str]:
+        return [_expand(v) for v in value]
+
+    @field_validator("env")
+    @classmethod
+    def _expand_env(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k: _expand(v) for k, v in value.items()}
+
+    @field_validator("modes")
+    @classmethod
+    def _expand_modes(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        if not value:
+            raise ValueError("needs at least one mode, for example baseline = []")
+        return {name: [_expand(v) for v in args] for name, args in value.items()}
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> EngineConfig:
+        if self.kind == "command" and not self.command:
+            raise ValueError('kind = "command" needs command = [...] (the full launch argv)')
+        if self.kind != "command" and not self.model:
+            raise ValueError(f'kind = "{self.kind}" needs model = "<path or name>"')
+        return self
+
+    @property
+    def request_model_name(self) -> str:
+        """The ``model`` field sent in requests: ``served_model_name`` or else ``model``."""
+        return self.served_model_name or self.model
+
+
+class WorkloadConfig(_Strict):
+    """A seeded, fixed workload.
+
+    ``prompt_words`` words of seeded text per prompt, ``output_len`` tokens generated per
+    request (held fixed with ``ignore_eos``), ``concurrency`` requests in flight,
+    ``requests`` measured requests after ``warmup_requests`` uncounted ones.
+    """
+
+    api: Literal["completions", "chat"] = "completions"
+    prompt_words: int = Field(default=32, ge=1)
+    output_len: int = Field(default=128, ge=2)
+    concurrency: int = Field(default=1, ge=1)
+    requests: int = Field(default=16, ge=1)
+    warmup_requests: int = Field(default=2, ge=0)
+    seed: int = 0
+    request_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class Config(_Strict):
+    """The whole configuration file.
+
+    ``client_cpus`` pins the benchmark client (the specperf process) to those CPUs while it
+    measures; with an engine's ``cpus`` this keeps client and engine off each other's cores.
+    """
+
+    hosts: dict[str, HostConfig] = Field(default_factory=lambda: {"local": HostConfig()})
+    engines: dict[str, EngineConfig] = Field(default_factory=dict)
+    workloads: dict[str, WorkloadConfig] = Field(default_factory=lambda: {"default": WorkloadConfig()})
+    client_cpus: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        hosts = dict(self.hosts)
+        hosts.setdefault("local", HostConfig())
+        object.__setattr__(self, "hosts", hosts)
+        for name, engine in self.engines.items():
+            if engine.host not in hosts:
+                raise ValueError(
+                    f"engines.{name}.host = {engine.host!r} is not a configured host "
+                    f"(known: {', '.join(sorted(hosts))})"
+                )
+        return self
+
+    def engine(self, name: str) -> EngineConfig:
+        """The engine called ``name``; :class:`ConfigError` naming the known ones if absent."""
+        return _pick(self.engines, name, "engine")
+
+    def workload(self, name: str) -> WorkloadConfig:
+        """The workload called ``name``; :class:`ConfigError` naming the known ones if absent."""
+        return _pick(self.workloads, name, "workload")
+
+
+def _pick(table: dict, name: str, what: str):
+    if name not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise ConfigError(f"no {what} named {name!r} in the config (known {what}s: {known})")
+    return table[name]
+
+
+def _describe(error: dict, source: str) -> str:
+    loc = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{source}: unknown key {loc!r}; check its spelling against the documented keys"
+    where = f"{source}: {loc}" if loc else source
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message} (got {error.get('input')!r})" if loc else f"{where}: {message}"
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    """Parse and validate TOML ``text``.
+
+    Args:
+        text: the TOML document.
+        source: the file name used in error messages.
+
+    Raises:
+        ConfigError: invalid TOML, an unknown key, a wrong type, or a broken reference; the
+            message names ``source``, the dotted key and what was expected.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(err, source) for err in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate the TOML file at ``path``; raises :class:`ConfigError` (also when unreadable)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    return parse_config(text, str(path))

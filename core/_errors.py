@@ -1,0 +1,58 @@
+"""Errors raised by specperf's library.
+
+Every error names its cause and what to do about it in its message; callers (the CLI, the
+bot) print ``str(error)`` as is. Errors that happen after data was gathered carry that data
+(see :class:`InvalidSampleError`) so nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core._loadgen import Sample
+
+
+class SpecperfError(Exception):
+    """Base class of every error specperf raises on purpose."""
+
+
+class ConfigError(SpecperfError):
+    """The configuration file is missing, unreadable, or does not validate."""
+
+
+class EngineError(SpecperfError):
+    """An engine could not be launched, never became ready, or died.
+
+    Attributes:
+        log_tail: the last lines of the engine's log (may be empty).
+    """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        full = message if not log_tail else f"{message}\n--- engine log tail ---\n{log_tail}"
+        super().__init__(full)
+
+
+class EngineNotReadyError(EngineError):
+    """The engine did not pass its readiness probe within the timeout."""
+
+
+class EngineExitedError(EngineError):
+    """The engine process exited on its own (before readiness or during measurement)."""
+
+
+class InvalidSampleError(SpecperfError):
+    """A measured sample cannot be trusted (a request returned fewer tokens than asked, or failed).
+
+    Attributes:
+        sample: the :class:`core.Sample` as measured, with every request record kept.
+    """
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+        reasons = "; ".join(sample.invalid_reasons[:5])
+        more = len(sample.invalid_reasons) - 5
+        if more > 0:
+            reasons += f"; and {more} more"
+        super().__init__(f"sample invalid: {reasons}")

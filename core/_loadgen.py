@@ -1,0 +1,341 @@
+"""The streaming benchmark client: one workload against an OpenAI-compatible server.
+
+Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serve``,
+``sglang.bench_serving``):
+
+* TTFT: request sent -> first chunk carrying generated text.
+* ITL: gaps between successive chunks carrying text (a chunk may hold several tokens under
+  speculative decoding, as in those tools).
+* TPOT: (E2E - TTFT) / (output tokens - 1), per request.
+* E2E latency: request sent -> end of stream.
+* output tok/s: output tokens of all measured requests / measured window, where the window
+  runs from the first measured request sent to the last one finished.
+
+Output tokens are the server's ``usage.completion_tokens`` (asked for with
+``stream_options.include_usage``); if the server sends no usage, the number of text chunks.
+A request that returns fewer tokens than asked, fails, or ends its stream without ``[DONE]``
+makes the sample invalid, with a reason per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import httpx
+import numpy as np
+
+from core._config import WorkloadConfig
+from core._errors import InvalidSampleError
+from core._workload import make_prompts
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it. Times are ``time.monotonic()`` seconds; latencies ms."""
+
+    index: int
+    start_s: float
+    end_s: float = 0.0
+    ttft_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    expected_tokens: int = 0
+    text_chunks: int = 0
+    finish_reason: str | None = None
+    spec_verify_ct: int | None = None
+    error: str | None = None
+
+    @property
+    def e2e_ms(self) -> float:
+        """Request sent to end of stream, ms."""
+        return (self.end_s - self.start_s) * 1000.0
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """(E2E - TTFT) / (output tokens - 1), ms; ``None`` with fewer than two tokens."""
+        if self.ttft_ms is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+    @property
+    def invalid_reason(self) -> str | None:
+        """Why this request cannot be counted, or ``None`` when it is good."""
+        if self.error:
+            return f"request {self.index}: {self.error}"
+        if self.output_tokens < self.expected_tokens:
+            return (
+                f"request {self.index} returned {self.output_tokens} of {self.expected_tokens} tokens "
+                f"(finish_reason={self.finish_reason}): the output was truncated, so its tok/s would "
+                "be wrong; check that the engine honours ignore_eos and that max-model-len fits"
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Summary of one latency distribution, ms."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Quantiles | None:
+        """Mean and percentiles (numpy's linear interpolation) of ``values``; ``None`` if empty."""
+        if not values:
+            return None
+        arr = np.asarray(values, dtype=float)
+        p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+        return cls(float(arr.mean()), float(p50), float(p90), float(p99))
+
+
+@dataclass
+class Sample:
+    """The measured requests of one workload run, with their summary.
+
+    ``window_s`` spans first measured request sent to last finished; ``output_tok_s`` and
+    ``request_per_s`` are over that window.
+    """
+
+    requests: list[RequestRecord]
+    window_start_s: float
+    window_end_s: float
+
+    @property
+    def window_s(self) -> float:
+        return self.window_end_s - self.window_start_s
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.requests)
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def request_per_s(self) -> float:
+        return len(self.requests) / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def ttft_ms(self) -> Quantiles | None:
+        return Quantiles.of([r.ttft_ms for r in self.requests if r.ttft_ms is not None])
+
+    @property
+    def tpot_ms(self) -> Quantiles | None:
+        return Quantiles.of([t for r in self.requests if (t := r.tpot_ms) is not None])
+
+    @property
+    def itl_ms(self) -> Quantiles | None:
+        return Quantiles.of([gap for r in self.requests for gap in r.itl_ms])
+
+    @property
+    def e2e_ms(self) -> Quantiles | None:
+        return Quantiles.of([r.e2e_ms for r in self.requests])
+
+    @property
+    def invalid_reasons(self) -> list[str]:
+        return [reason for r in self.requests if (reason := r.invalid_reason)]
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
+
+    def raise_if_invalid(self) -> None:
+        """Raise :class:`InvalidSampleError` (carrying this sample) if any request is invalid."""
+        if not self.valid:
+            raise InvalidSampleError(self)
+
+    def summary(self) -> dict:
+        """The figures of this sample as plain JSON-ready values (units in the keys)."""
+        quantiles = {
+            name: (asdict(q) if (q := getattr(self, name)) else None)
+            for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+        }
+        return {
+            "requests": len(self.requests),
+            "output_tokens": self.output_tokens,
+            "window_s": self.window_s,
+            "output_tok_s": self.output_tok_s,
+            "request_per_s": self.request_per_s,
+            **quantiles,
+            "valid": self.valid,
+            "invalid_reasons": self.invalid_reasons,
+        }
+
+
+def _payload(api: str, model: str, prompt: str, output_len: int) -> dict:
+    body: dict = {
+        "model": model,
+        "max_tokens": output_len,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def _chunk_text(event: dict, api: str) -> str:
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    if api == "chat":
+        return (choice.get("delta") or {}).get("content") or ""
+    return choice.get("text") or ""
+
+
+class _StreamParser:
+    """Incremental server-sent-events parser that fills one :class:`RequestRecord`."""
+
+    def __init__(self, record: RequestRecord, api: str) -> None:
+        self.record = record
+        self.api = api
+        self.buffer = b""
+        self.last_text_s: float | None = None
+        self.usage_tokens: int | None = None
+        self.done = False
+
+    def feed(self, data: bytes, now: float) -> None:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip(), now)
+
+    def _event(self, payload: bytes, now: float) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        event = json.loads(payload)
+        record = self.record
+        if "error" in event and not event.get("choices"):
+            record.error = f"server error in stream: {event['error']}"
+            return
+        if _chunk_text(event, self.api):
+            if self.last_text_s is None:
+                record.ttft_ms = (now - record.start_s) * 1000.0
+            else:
+                record.itl_ms.append((now - self.last_text_s) * 1000.0)
+            self.last_text_s = now
+            record.text_chunks += 1
+        for choice in event.get("choices") or []:
+            if choice.get("finish_reason"):
+                record.finish_reason = choice["finish_reason"]
+        usage = event.get("usage")
+        if usage:
+            self.usage_tokens = usage.get("completion_tokens", self.usage_tokens)
+            if "spec_verify_ct" in usage:
+                record.spec_verify_ct = usage["spec_verify_ct"]
+
+    def finish(self, now: float) -> None:
+        record = self.record
+        record.end_s = now
+        record.output_tokens = self.usage_tokens if self.usage_tokens is not None else record.text_chunks
+        if record.error is None and not self.done:
+            record.error = (
+                f"stream ended without [DONE] after {record.output_tokens} tokens "
+                "(truncated response: the connection closed early or the engine died)"
+            )
+
+
+async def _one_request(
+    client: httpx.AsyncClient, path: str, body: dict, record: RequestRecord, api: str
+) -> None:
+    parser = _StreamParser(record, api)
+    try:
+        async with client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")[:300]
+                record.error = f"HTTP {response.status_code} from {path}: {text}"
+                record.end_s = time.monotonic()
+                return
+            async for data in response.aiter_raw():
+                parser.feed(data, time.monotonic())
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc or 'connection failed'} (the engine may have died)"
+    parser.finish(time.monotonic())
+
+
+async def _run_requests(
+    client: httpx.AsyncClient,
+    model: str,
+    workload: WorkloadConfig,
+    prompts: list[str],
+    on_done: Callable[[RequestRecord], None] | None,
+) -> list[RequestRecord]:
+    path = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
+    records: list[RequestRecord] = []
+    next_index = iter(range(len(prompts)))
+
+    async def worker() -> None:
+        for index in next_index:
+            record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
+            records.append(record)
+            body = _payload(workload.api, model, prompts[index], workload.output_len)
+            await _one_request(client, path, body, record, workload.api)
+            if on_done:
+                on_done(record)
+
+    await asyncio.gather(*(worker() for _ in range(min(workload.concurrency, len(prompts)))))
+    records.sort(key=lambda r: r.index)
+    return records
+
+
+async def run_workload(
+    base_url: str,
+    model: str,
+    workload: WorkloadConfig,
+    *,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
+    on_measure_start: Callable[[], object] | None = None,
+) -> Sample:
+    """Run ``workload`` against the server at ``base_url`` and return the measured sample.
+
+    Warm-up requests (``workload.warmup_requests``, same concurrency, their own prompts) run
+    first and are not counted; a failed warm-up request is still an error. Then
+    ``on_measure_start`` is awaited if it returns an awaitable (used to snapshot engine
+    counters at the window's start), then the measured requests run with ``concurrency``
+    in flight.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8199``.
+        model: the ``model`` field of each request.
+        workload: what to send.
+        on_request_done: called after each measured request (progress bars).
+        on_measure_start: called once between warm-up and measurement.
+
+    Returns:
+        The :class:`Sample` (check ``valid``; it is returned even when invalid).
+
+    Raises:
+        InvalidSampleError: a warm-up request failed or was truncated (the engine is unusable).
+    """
+    limits = httpx.Limits(max_connections=workload.concurrency, max_keepalive_connections=workload.concurrency)
+    timeout = httpx.Timeout(workload.request_timeout_s, connect=10.0)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
+        if workload.warmup_requests:
+            warm = make_prompts(workload, workload.warmup_requests, stream=1)
+            warm_records = await _run_requests(client, model, workload, warm, None)
+            warm_sample = Sample(warm_records, 0.0, 0.0)
+            if not warm_sample.valid:
+                warm_sample.raise_if_invalid()
+        if on_measure_start is not None:
+            result = on_measure_start()
+            if asyncio.iscoroutine(result):
+                await result
+        prompts = make_prompts(workload, workload.requests, stream=0)
+        records = await _run_requests(client, model, workload, prompts, on_request_done)
+    start = min(r.start_s for r in records)
+    end = max(r.end_s for r in records)
+    return Sample(records, start, end)

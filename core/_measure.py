@@ -1,0 +1,149 @@
+"""One trial on the local host: launch an engine, wait until ready, warm up, measure, stop.
+
+The engine runs in its own process group (:class:`core._process.EngineProcess`) and is
+stopped by group whatever happens: success, an error, Ctrl-C or cancellation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from core._config import EngineConfig, WorkloadConfig
+from core._engines import EngineFigures, adapter_for
+from core._errors import ConfigError, EngineError, EngineExitedError
+from core._loadgen import RequestRecord, Sample, run_workload
+from core._process import EngineProcess
+
+
+@dataclass
+class TrialResult:
+    """One engine launch and its measured window.
+
+    ``ready_s``: launch to ready, seconds. ``pgid``: the engine's process group.
+    ``sample``: the client's measurement; ``engine``: what the engine reported.
+    """
+
+    engine_name: str
+    mode: str
+    workload_name: str
+    argv: list[str]
+    pgid: int
+    log_path: str
+    started_at: str
+    ready_s: float
+    sample: Sample
+    engine: EngineFigures
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict: summary figures plus every request record."""
+        return {
+            "engine_name": self.engine_name,
+            "mode": self.mode,
+            "workload_name": self.workload_name,
+            "argv": self.argv,
+            "pgid": self.pgid,
+            "log_path": self.log_path,
+            "started_at": self.started_at,
+            "ready_s": self.ready_s,
+            "client": self.sample.summary(),
+            "engine": dataclasses.asdict(self.engine),
+            "requests": [
+                {**dataclasses.asdict(r), "e2e_ms": r.e2e_ms, "tpot_ms": r.tpot_ms}
+                for r in self.sample.requests
+            ],
+        }
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        if sock.connect_ex(("127.0.0.1", port)) == 0:
+            raise EngineError(
+                f"port {port} is already in use by another process; stop it or set a free "
+                "engines.<name>.port in the config (specperf never stops what it did not start)"
+            )
+
+
+async def measure(
+    engine_name: str,
+    engine: EngineConfig,
+    mode: str,
+    workload_name: str,
+    workload: WorkloadConfig,
+    log_dir: Path,
+    *,
+    on_ready: Callable[[float], None] | None = None,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
+) -> TrialResult:
+    """Run one trial of ``engine`` in ``mode`` with ``workload`` on the local host.
+
+    The engine log goes to ``log_dir/<engine>-<mode>-<UTC time>.log``.
+
+    Returns:
+        The :class:`TrialResult`; its sample is valid (else an error is raised).
+
+    Raises:
+        ConfigError: ``mode`` is not one of the engine's modes.
+        EngineError: the port is taken, the program is missing, or the engine never got
+            ready; EngineExitedError if it died (before ready or while measured). The
+            message carries the engine log's tail.
+        InvalidSampleError: a request was truncated or failed (carries the sample).
+    """
+    if mode not in engine.modes:
+        raise ConfigError(
+            f"engine {engine_name!r} has no mode {mode!r} (its modes: {', '.join(sorted(engine.modes))})"
+        )
+    adapter = adapter_for(engine)
+    argv = adapter.launch_argv(mode)
+    _check_port_free(engine.port)
+    started_at = dt.datetime.now(dt.timezone.utc)
+    log_path = log_dir / f"{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
+    try:
+        process = EngineProcess(argv, engine.env, log_path)
+    except OSError as exc:
+        raise EngineError(f"cannot start engine {engine_name!r}: {argv[0]}: {exc.strerror}") from None
+    launched = time.monotonic()
+    base_url = f"http://127.0.0.1:{engine.port}"
+    try:
+        async with httpx.AsyncClient(base_url=base_url) as client:
+            await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
+            ready_s = time.monotonic() - launched
+            if on_ready:
+                on_ready(ready_s)
+            window: dict = {}
+
+            async def begin() -> None:
+                window["log_offset"] = process.log_size()
+                window["start"] = await adapter.begin_window(client)
+
+            try:
+                sample = await run_workload(
+                    base_url, engine.request_model_name, workload,
+                    on_request_done=on_request_done, on_measure_start=begin,
+                )
+            finally:
+                if process.returncode is not None:
+                    raise EngineExitedError(
+                        f"engine {engine_name!r} exited with status {process.returncode} during the "
+                        "measurement; nothing from this trial can be trusted",
+                        process.log_tail(),
+                    )
+            sample.raise_if_invalid()
+            figures = await adapter.end_window(
+                client, window["start"], sample, process.read_log(window["log_offset"])
+            )
+    finally:
+        process.stop(engine.stop_grace_s)
+    return TrialResult(
+        engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
+        pgid=process.pgid, log_path=str(log_path), started_at=started_at.isoformat(),
+        ready_s=ready_s, sample=sample, engine=figures,
+    )

@@ -1,0 +1,82 @@
+"""SGLang's scheduler 'Decode batch' log lines, parsed field by field.
+
+SGLang prints one such line every ``--decode-log-interval`` decode steps (default 40).
+Shapes seen across versions (FIELD_NOTES section 2)::
+
+    Decode batch. #running-req: 1, #token: 9322, token usage: 0.00, gen throughput (token/s): 97.52, #queue-req: 0
+    [2025-10-22 10:27:57 TP0] Decode batch. #running-req: 1, #token: 186, token usage: 0.00, accept len: 1.95, accept rate: 0.49, cuda graph: True, gen throughput (token/s): 178.86, #queue-req: 0,
+    [2026-01-05 08:00:01 TP0] Decode batch [1234], #running-req: 2, ..., cpu graph: False, ...
+
+Every field is optional and found by its label, so new or missing fields do not break the
+parser. ``accept len`` includes the bonus token.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LINE = re.compile(r"Decode batch(?:\s*\[(?P<iteration>\d+)\])?[.,]")
+_FIELDS = {
+    "running_req": (re.compile(r"#running-req:\s*(\d+)"), int),
+    "num_tokens": (re.compile(r"#token:\s*(\d+)"), int),
+    "token_usage": (re.compile(r"token usage:\s*([\d.]+)"), float),
+    "accept_len": (re.compile(r"accept len:\s*([\d.]+)"), float),
+    "accept_rate": (re.compile(r"accept rate:\s*([\d.]+)"), float),
+    "graph": (re.compile(r"(?:cuda|cpu) graph:\s*(True|False)"), lambda s: s == "True"),
+    "gen_tok_s": (re.compile(r"gen throughput \(token/s\):\s*([\d.]+)"), float),
+    "queue_req": (re.compile(r"#queue-req:\s*(\d+)"), int),
+}
+
+
+@dataclass(frozen=True)
+class DecodeLogLine:
+    """One parsed 'Decode batch' line; a field the line lacks is ``None``."""
+
+    iteration: int | None = None
+    running_req: int | None = None
+    num_tokens: int | None = None
+    token_usage: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    graph: bool | None = None
+    gen_tok_s: float | None = None
+    queue_req: int | None = None
+
+
+def parse_decode_line(line: str) -> DecodeLogLine | None:
+    """Parse one log line; ``None`` if it is not a 'Decode batch' line."""
+    head = _LINE.search(line)
+    if head is None:
+        return None
+    rest = line[head.end():]
+    values = {}
+    for name, (pattern, convert) in _FIELDS.items():
+        match = pattern.search(rest)
+        if match:
+            values[name] = convert(match.group(1))
+    iteration = head.group("iteration")
+    return DecodeLogLine(iteration=int(iteration) if iteration else None, **values)
+
+
+def decode_lines(text: str) -> list[DecodeLogLine]:
+    """Every 'Decode batch' line of a log excerpt, in order."""
+    return [parsed for line in text.splitlines() if (parsed := parse_decode_line(line))]
+
+
+def window_figures(text: str) -> tuple[float | None, float | None, int]:
+    """Mean acceptance length and mean gen throughput (tok/s) over one measured window.
+
+    ``text`` is the log written during the window. The window's first decode line is
+    dropped: it covers the idle gap before the measured requests and reports a near-zero
+    throughput. Each line covers the same number of decode steps, so a plain mean over lines
+    is the per-step mean.
+
+    Returns:
+        (acceptance length or None, gen tok/s or None, number of lines used).
+    """
+    lines = decode_lines(text)[1:]
+    accept = [x.accept_len for x in lines if x.accept_len is not None]
+    tput = [x.gen_tok_s for x in lines if x.gen_tok_s is not None]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    return mean(accept), mean(tput), len(lines)
