@@ -3,6 +3,9 @@
 Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serve``,
 ``sglang.bench_serving``):
 
+* request sent: the moment httpcore starts writing the request to the socket (its
+  ``trace`` extension), so the client's own queuing at high concurrency is not charged to
+  the engine; before that event the issue time stands in.
 * TTFT: request sent -> first chunk carrying generated text.
 * ITL: gaps between successive chunks carrying text (a chunk may hold several tokens under
   speculative decoding, as in those tools).
@@ -20,7 +23,9 @@ makes the sample invalid, with a reason per request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -253,8 +258,13 @@ async def _one_request(
     client: httpx.AsyncClient, path: str, body: dict, record: RequestRecord, api: str
 ) -> None:
     parser = _StreamParser(record, api)
+
+    async def trace(event: str, info: dict) -> None:
+        if event == "http11.send_request_headers.started":
+            record.start_s = time.monotonic()
+
     try:
-        async with client.stream("POST", path, json=body) as response:
+        async with client.stream("POST", path, json=body, extensions={"trace": trace}) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:300]
                 record.error = f"HTTP {response.status_code} from {path}: {text}"
@@ -268,7 +278,7 @@ async def _one_request(
 
 
 async def _run_requests(
-    client: httpx.AsyncClient,
+    clients: list[httpx.AsyncClient],
     model: str,
     workload: WorkloadConfig,
     prompts: list[str],
@@ -278,7 +288,7 @@ async def _run_requests(
     records: list[RequestRecord] = []
     next_index = iter(range(len(prompts)))
 
-    async def worker() -> None:
+    async def worker(client: httpx.AsyncClient) -> None:
         for index in next_index:
             record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
             records.append(record)
@@ -287,7 +297,7 @@ async def _run_requests(
             if on_done:
                 on_done(record)
 
-    await asyncio.gather(*(worker() for _ in range(min(workload.concurrency, len(prompts)))))
+    await asyncio.gather(*(worker(client) for client in clients[: len(prompts)]))
     records.sort(key=lambda r: r.index)
     return records
 
@@ -321,12 +331,21 @@ async def run_workload(
     Raises:
         InvalidSampleError: a warm-up request failed or was truncated (the engine is unusable).
     """
-    limits = httpx.Limits(max_connections=workload.concurrency, max_keepalive_connections=workload.concurrency)
+    # One client (one keep-alive connection) per concurrency slot, as that many independent
+    # users would have: a single shared httpx pool costs time quadratic in its connections.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     timeout = httpx.Timeout(workload.request_timeout_s, connect=10.0)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
+    tls = ssl.create_default_context()  # loading CA certificates costs ~25 ms: once, shared
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout, verify=tls)
+            )
+            for _ in range(workload.concurrency)
+        ]
         if workload.warmup_requests:
             warm = make_prompts(workload, workload.warmup_requests, stream=1)
-            warm_records = await _run_requests(client, model, workload, warm, None)
+            warm_records = await _run_requests(clients, model, workload, warm, None)
             warm_sample = Sample(warm_records, 0.0, 0.0)
             if not warm_sample.valid:
                 warm_sample.raise_if_invalid()
@@ -335,7 +354,7 @@ async def run_workload(
             if asyncio.iscoroutine(result):
                 await result
         prompts = make_prompts(workload, workload.requests, stream=0)
-        records = await _run_requests(client, model, workload, prompts, on_request_done)
+        records = await _run_requests(clients, model, workload, prompts, on_request_done)
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)

@@ -3,9 +3,13 @@
 It is the ground truth for the benchmark client: each stream sends its first token
 ``ttft_ms`` after the request arrives and then one token every ``itl_ms``, each token
 scheduled against an absolute deadline so sleeps never accumulate drift. The server records
-when every request arrived and when each token actually left (``time.monotonic()``, which
-is one system-wide clock on Linux, so it compares directly with the client's), and serves
-that record at ``GET /truth``.
+when every request arrived and when each token actually left (``time.monotonic()``, one
+system-wide clock on Linux, so it compares directly with the client's), and serves that
+record at ``GET /truth`` (``DELETE /truth`` clears it).
+
+It speaks just enough HTTP/1.1 (keep-alive, chunked responses) over asyncio streams, on
+uvloop when installed, so that it keeps its schedule at tens of thousands of tokens per
+second where a full web framework would fall behind.
 
 Faults for tests: ``--truncate-at N`` ends each stream after N tokens with
 ``finish_reason=stop``; ``--drop-at N`` closes the connection after N tokens without
@@ -23,12 +27,14 @@ import json
 import os
 import time
 
-from aiohttp import web
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
 class ExactRateServer:
-    def __init__(self, ttft_ms: float, itl_ms: float, truncate_at: int | None,
-                 drop_at: int | None, exit_at: int | None) -> None:
+    def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, truncate_at: int | None = None,
+                 drop_at: int | None = None, exit_at: int | None = None) -> None:
         self.ttft_s = ttft_ms / 1000.0
         self.itl_s = itl_ms / 1000.0
         self.truncate_at = truncate_at
@@ -37,38 +43,60 @@ class ExactRateServer:
         self.records: list[dict] = []
         self.tokens_sent = 0
 
-    async def health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrival = time.monotonic()
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = request_line.split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if not await self.route(method, path, body, arrival, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
-    async def truth(self, request: web.Request) -> web.Response:
-        if request.method == "DELETE":
-            self.records.clear()
-            return web.json_response({"cleared": True})
-        return web.json_response(self.records)
+    def _json(self, writer: asyncio.StreamWriter, status: str, obj: object) -> None:
+        body = json.dumps(obj).encode()
+        writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (status.encode(), len(body), body))
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        arrival = time.monotonic()
-        body = await request.json()
-        chat = request.path.endswith("/chat/completions")
+    async def route(self, method: str, path: str, body: bytes, arrival: float, writer) -> bool:
+        """Answer one request; ``False`` when the connection must close."""
+        if path == "/health":
+            self._json(writer, "200 OK", {"ok": True})
+        elif path == "/truth":
+            if method == "DELETE":
+                self.records.clear()
+            self._json(writer, "200 OK", self.records)
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            return await self.stream(json.loads(body), path.endswith("/chat/completions"), arrival, writer)
+        else:
+            self._json(writer, "404 Not Found", {"error": f"no route {method} {path}"})
+        await writer.drain()
+        return True
+
+    async def stream(self, body: dict, chat: bool, arrival: float, writer) -> bool:
         max_tokens = int(body.get("max_tokens", 16))
         to_send = max_tokens if self.truncate_at is None else min(max_tokens, self.truncate_at)
         record = {"arrival_s": arrival, "first_token_s": None, "last_token_s": None, "tokens": 0}
         self.records.append(record)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         first_due = arrival + self.ttft_s
         for k in range(to_send):
             delay = first_due + k * self.itl_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             if self.drop_at is not None and k >= self.drop_at:
-                request.transport.close()
-                return response
+                return False
             last = k == to_send - 1
             finish = ("length" if to_send == max_tokens else "stop") if last else None
             choice = ({"index": 0, "delta": {"content": f"t{k} "}, "finish_reason": finish} if chat
                       else {"index": 0, "text": f"t{k} ", "finish_reason": finish})
-            await response.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+            writer.write(_chunk(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"))
             now = time.monotonic()
             record["first_token_s"] = record["first_token_s"] or now
             record["last_token_s"] = now
@@ -77,18 +105,10 @@ class ExactRateServer:
             if self.exit_at is not None and self.tokens_sent >= self.exit_at:
                 os._exit(17)
         usage = {"prompt_tokens": 8, "completion_tokens": to_send, "total_tokens": 8 + to_send}
-        await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/health", self.health)
-        app.router.add_route("*", "/truth", self.truth)
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.completions)
-        return app
+        writer.write(_chunk(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"))
+        writer.write(_chunk(b"data: [DONE]\n\n") + _chunk(b""))
+        await writer.drain()
+        return True
 
 
 def truth_output_tok_s(records: list[dict]) -> float:
@@ -101,13 +121,9 @@ def truth_output_tok_s(records: list[dict]) -> float:
 
 async def _serve(args: argparse.Namespace) -> None:
     server = ExactRateServer(args.ttft_ms, args.itl_ms, args.truncate_at, args.drop_at, args.exit_at)
-    runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=1024)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    print(f"listening on {port}", flush=True)
-    await asyncio.Event().wait()
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, backlog=1024)
+    print(f"listening on {listener.sockets[0].getsockname()[1]}", flush=True)
+    await listener.serve_forever()
 
 
 def main() -> None:
@@ -118,7 +134,12 @@ def main() -> None:
     parser.add_argument("--truncate-at", type=int)
     parser.add_argument("--drop-at", type=int)
     parser.add_argument("--exit-at", type=int)
-    asyncio.run(_serve(parser.parse_args()))
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(_serve(parser.parse_args()))
+    else:
+        uvloop.run(_serve(parser.parse_args()))
 
 
 if __name__ == "__main__":

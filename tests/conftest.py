@@ -1,0 +1,75 @@
+"""Shared fixtures: the exact-rate server as a real subprocess, process-table checks, and the
+location of the real CPU test engine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTENV = Path(os.environ.get("SPECPERF_TESTENV", Path.home() / ".cache/specperf/testenv"))
+
+
+class ExactServer:
+    """A running ``tests.exact_rate_server`` process."""
+
+    def __init__(self, *options: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.exact_rate_server", "--port", "0", *options],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), f"exact-rate server did not start: {line!r}"
+        self.port = int(line.split()[-1])
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def truth(self) -> list[dict]:
+        return httpx.get(f"{self.base_url}/truth").json()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def exact_server() -> Iterator:
+    """Factory: ``exact_server("--itl-ms", "5")`` starts a server; all are killed at teardown."""
+    servers: list[ExactServer] = []
+
+    def start(*options: str) -> ExactServer:
+        servers.append(ExactServer(*options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Every live (non-zombie) process whose process group is ``pgid``, read from the process table."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+@pytest.fixture(scope="session")
+def testenv() -> Path:
+    """The installed CPU test engine (``scripts/setup-test-engine``); fails, never skips, when absent."""
+    python = TESTENV / "engine-venv/bin/python"
+    target = TESTENV / "models/target/config.json"
+    if not (python.exists() and target.exists()):
+        pytest.fail(f"CPU test engine missing under {TESTENV}: run scripts/setup-test-engine first")
+    return TESTENV

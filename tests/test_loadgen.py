@@ -1,0 +1,85 @@
+"""The benchmark client against the exact-rate server: accuracy, definitions, and bad responses."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from core import InvalidSampleError, WorkloadConfig, run_workload
+from tests.exact_rate_server import truth_output_tok_s
+
+
+@pytest.mark.parametrize("concurrency", [1, 8, 64])
+async def test_output_tok_s_within_one_percent_of_truth(exact_server, concurrency):
+    server = exact_server("--ttft-ms", "20", "--itl-ms", "10")
+    workload = WorkloadConfig(
+        output_len=64, concurrency=concurrency, requests=3 * concurrency, warmup_requests=concurrency
+    )
+
+    async def clear_truth() -> None:  # the truth covers the measured requests only
+        async with httpx.AsyncClient() as client:
+            await client.delete(f"{server.base_url}/truth")
+
+    sample = await run_workload(server.base_url, "m", workload, on_measure_start=clear_truth)
+    assert sample.valid, sample.invalid_reasons
+    truth = truth_output_tok_s(server.truth())
+    assert sample.output_tokens == 64 * 3 * concurrency
+    assert sample.output_tok_s == pytest.approx(truth, rel=0.01)
+
+
+async def test_latencies_follow_the_definitions(exact_server):
+    server = exact_server("--ttft-ms", "50", "--itl-ms", "10")
+    workload = WorkloadConfig(output_len=32, concurrency=2, requests=4, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload)
+    truth = server.truth()
+    server_ttft_ms = sorted((r["first_token_s"] - r["arrival_s"]) * 1000 for r in truth)
+    client_ttft_ms = sorted(r.ttft_ms for r in sample.requests)
+    for client, served in zip(client_ttft_ms, server_ttft_ms):
+        assert served <= client < served + 20  # the client sees a token after the server sent it
+    for record in sample.requests:
+        assert len(record.itl_ms) == 31
+        assert record.tpot_ms == pytest.approx((record.e2e_ms - record.ttft_ms) / 31)
+    assert sample.itl_ms.p50 == pytest.approx(10.0, abs=3.0)
+    assert sample.request_per_s == pytest.approx(4 / sample.window_s)
+
+
+async def test_chat_api(exact_server):
+    server = exact_server("--itl-ms", "2")
+    workload = WorkloadConfig(api="chat", output_len=16, concurrency=2, requests=4, warmup_requests=1)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert sample.valid
+    assert sample.output_tokens == 64
+    assert len(server.truth()) == 5  # the warm-up request went out but is not counted
+
+
+async def test_truncated_response_invalidates_the_sample(exact_server):
+    server = exact_server("--itl-ms", "1", "--truncate-at", "10")
+    workload = WorkloadConfig(output_len=32, concurrency=1, requests=2, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert not sample.valid
+    assert "returned 10 of 32 tokens" in sample.invalid_reasons[0]
+    with pytest.raises(InvalidSampleError, match="truncated") as caught:
+        sample.raise_if_invalid()
+    assert caught.value.sample is sample  # nothing measured is lost
+
+
+async def test_stream_closed_without_done_is_invalid(exact_server):
+    server = exact_server("--itl-ms", "1", "--drop-at", "5")
+    workload = WorkloadConfig(output_len=32, concurrency=1, requests=1, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert not sample.valid
+    assert "without [DONE]" in sample.invalid_reasons[0] or "the engine may have died" in sample.invalid_reasons[0]
+
+
+async def test_failed_warmup_raises(exact_server):
+    server = exact_server("--itl-ms", "1", "--truncate-at", "3")
+    workload = WorkloadConfig(output_len=8, concurrency=1, requests=1, warmup_requests=1)
+    with pytest.raises(InvalidSampleError, match="returned 3 of 8"):
+        await run_workload(server.base_url, "m", workload)
+
+
+async def test_http_error_is_reported(exact_server):
+    server = exact_server()
+    workload = WorkloadConfig(output_len=8, requests=1, warmup_requests=0)
+    sample = await run_workload(server.base_url + "/nope", "m", workload)
+    assert "HTTP 404" in sample.invalid_reasons[0]
