@@ -42,6 +42,7 @@ class ExactRateServer:
         self.exit_at = exit_at
         self.records: list[dict] = []
         self.tokens_sent = 0
+        self.extra_usage: dict = {}  # more usage fields per request (engine stubs add their own)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -104,7 +105,8 @@ class ExactRateServer:
             self.tokens_sent += 1
             if self.exit_at is not None and self.tokens_sent >= self.exit_at:
                 os._exit(17)
-        usage = {"prompt_tokens": 8, "completion_tokens": to_send, "total_tokens": 8 + to_send}
+        usage = {"prompt_tokens": 8, "completion_tokens": to_send, "total_tokens": 8 + to_send,
+                 **self.extra_usage}
         writer.write(_chunk(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"))
         writer.write(_chunk(b"data: [DONE]\n\n") + _chunk(b""))
         await writer.drain()
