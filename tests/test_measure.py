@@ -1,0 +1,146 @@
+"""One trial through every way it can go wrong, with real processes; after each, the process
+table must hold nothing of the engine's process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core import ConfigError, EngineConfig, EngineError, EngineExitedError, EngineNotReadyError
+from core import InvalidSampleError, WorkloadConfig, measure
+from tests.conftest import ROOT, group_members
+
+WORKLOAD = WorkloadConfig(output_len=64, concurrency=2, requests=8, warmup_requests=1)
+
+
+def server_engine(port: int, *server_options: str, pidfile: Path | None = None, **fields) -> EngineConfig:
+    """A command engine running the exact-rate server, with a stray ``sleep`` child in its group."""
+    pid = f"echo $$ > {pidfile}; " if pidfile else ""
+    script = f"{pid}sleep 600 & exec {sys.executable} -m tests.exact_rate_server --port {port} " + " ".join(server_options)
+    fields.setdefault("ready_timeout_s", 20)
+    return EngineConfig(kind="command", command=["bash", "-c", script], port=port, stop_grace_s=3, **fields)
+
+
+def assert_group_gone(pgid: int) -> None:
+    assert group_members(pgid) == [], f"processes of group {pgid} survived"
+
+
+def read_pid(pidfile: Path) -> int:
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            return int(pidfile.read_text())
+        time.sleep(0.05)
+    raise AssertionError("the engine never wrote its pid")
+
+
+async def test_successful_trial_stops_its_whole_group(tmp_path, unused_tcp_port):
+    os.chdir(ROOT)
+    trial = await measure("fake", server_engine(unused_tcp_port), "baseline", "w", WORKLOAD, tmp_path)
+    assert trial.sample.valid and trial.sample.output_tokens == 8 * 64
+    assert trial.engine.acceptance_length is None
+    assert Path(trial.log_path).exists()
+    assert_group_gone(trial.pgid)
+
+
+async def test_engine_that_never_gets_ready(tmp_path, unused_tcp_port):
+    pidfile = tmp_path / "pid"
+    engine = EngineConfig(
+        kind="command", port=unused_tcp_port, ready_timeout_s=2, stop_grace_s=2,
+        command=["bash", "-c", f"echo $$ > {pidfile}; echo still loading weights; sleep 600 & sleep 600"],
+    )
+    with pytest.raises(EngineNotReadyError, match=r"not ready after 2 s (.|\n)*still loading weights"):
+        await measure("slow", engine, "baseline", "w", WORKLOAD, tmp_path)
+    assert_group_gone(read_pid(pidfile))
+
+
+async def test_engine_that_exits_before_ready(tmp_path, unused_tcp_port):
+    engine = EngineConfig(kind="command", port=unused_tcp_port, command=["bash", "-c", "echo CUDA out of memory; exit 3"])
+    with pytest.raises(EngineExitedError, match=r"exited with status 3 before it was ready(.|\n)*CUDA out of memory"):
+        await measure("oom", engine, "baseline", "w", WORKLOAD, tmp_path)
+
+
+async def test_engine_that_dies_mid_run(tmp_path, unused_tcp_port):
+    os.chdir(ROOT)
+    pidfile = tmp_path / "pid"
+    engine = server_engine(unused_tcp_port, "--itl-ms", "2", "--exit-at", "300", pidfile=pidfile)
+    with pytest.raises(EngineExitedError, match="exited with status 17 during the measurement"):
+        await measure("dies", engine, "baseline", "w", WORKLOAD, tmp_path)
+    assert_group_gone(read_pid(pidfile))
+
+
+async def test_truncated_response_is_one_clear_error(tmp_path, unused_tcp_port):
+    os.chdir(ROOT)
+    pidfile = tmp_path / "pid"
+    engine = server_engine(unused_tcp_port, "--itl-ms", "1", "--truncate-at", "64", pidfile=pidfile)
+    workload = WorkloadConfig(output_len=128, concurrency=1, requests=2, warmup_requests=0)
+    with pytest.raises(InvalidSampleError, match="returned 64 of 128 tokens") as caught:
+        await measure("short", engine, "baseline", "w", workload, tmp_path)
+    assert len(caught.value.sample.requests) == 2
+    assert_group_gone(read_pid(pidfile))
+
+
+async def test_port_taken_by_someone_else_is_left_alone(tmp_path, exact_server):
+    foreign = exact_server()
+    engine = server_engine(foreign.port)
+    with pytest.raises(EngineError, match=f"port {foreign.port} is already in use"):
+        await measure("x", engine, "baseline", "w", WORKLOAD, tmp_path)
+    assert foreign.proc.poll() is None  # never kill what we did not start
+
+
+async def test_unknown_mode_and_missing_program(tmp_path, unused_tcp_port):
+    engine = EngineConfig(kind="command", port=unused_tcp_port, command=["/no/such/engine"])
+    with pytest.raises(ConfigError, match="no mode 'eagle3' .*its modes: baseline"):
+        await measure("x", engine, "eagle3", "w", WORKLOAD, tmp_path)
+    with pytest.raises(EngineError, match="cannot start engine 'x': /no/such/engine"):
+        await measure("x", engine, "baseline", "w", WORKLOAD, tmp_path)
+
+
+def _write_config(path: Path, command: list[str], port: int, ready_timeout_s: int = 30) -> None:
+    path.write_text(
+        f"[engines.fake]\nkind = \"command\"\ncommand = {json.dumps(command)}\nport = {port}\n"
+        f"ready_timeout_s = {ready_timeout_s}\nstop_grace_s = 3\n"
+        "[workloads.default]\noutput_len = 32\nconcurrency = 4\nrequests = 8\nwarmup_requests = 1\n"
+    )
+
+
+def _cli(config: Path, tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
+    return subprocess.Popen([sys.executable, "-m", "bot.cli", "--config", str(config), "measure", *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_cli_measure_prints_a_table_and_writes_json(tmp_path, unused_tcp_port):
+    config = tmp_path / "specperf.toml"
+    _write_config(config, [sys.executable, "-m", "tests.exact_rate_server", "--port", "{port}", "--itl-ms", "2"],
+                  unused_tcp_port)
+    out = tmp_path / "result.json"
+    proc = _cli(config, tmp_path, "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "output tok/s (client)" in stdout
+    result = json.loads(out.read_text())
+    assert result["client"]["output_tokens"] == 8 * 32
+    assert result["client"]["valid"] is True
+    assert len(result["requests"]) == 8
+    assert_group_gone(result["pgid"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_the_cli_stops_the_engine(tmp_path, unused_tcp_port, sig):
+    pidfile = tmp_path / "pid"
+    config = tmp_path / "specperf.toml"
+    _write_config(config, ["bash", "-c", f"echo $$ > {pidfile}; sleep 600 & sleep 600"], unused_tcp_port, 300)
+    proc = _cli(config, tmp_path)
+    pgid = read_pid(pidfile)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert_group_gone(pgid)

@@ -1,0 +1,76 @@
+"""The real CPU test engine (vLLM's CPU build serving the generated tiny models).
+
+Slow: each trial launches vLLM (about 30 s to ready). Acceptance is set by construction
+(``scripts/make_test_models.py``): the agreeing draft is always accepted (acceptance length
+1 + 3 speculative tokens = 4), the unrelated one never (1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from bot.cli import load
+from core import EngineError, InvalidSampleError, WorkloadConfig, measure
+from tests.conftest import group_members
+
+pytestmark = pytest.mark.engine
+
+WORKLOAD = WorkloadConfig(prompt_words=16, output_len=64, concurrency=2, requests=6, warmup_requests=2)
+
+
+@pytest.fixture
+def engine(testenv, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
+    monkeypatch.chdir(tmp_path)  # no ./specperf.toml: the embedded default config
+    return load(None).engine("tiny-vllm")
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected_acceptance"), [("eagle3", 4.0), ("eagle3-unrelated", 1.0), ("baseline", None)]
+)
+async def test_trial_reports_throughput_and_window_acceptance(engine, tmp_path, mode, expected_acceptance):
+    trial = await measure("tiny-vllm", engine, mode, "w", WORKLOAD, tmp_path)
+    assert trial.sample.valid
+    assert trial.sample.output_tokens == 6 * 64
+    assert trial.sample.output_tok_s > 0
+    # The engine's own count over the window matches the client's: the window is exact.
+    assert trial.engine.output_tokens == trial.sample.output_tokens
+    if expected_acceptance is None:
+        assert trial.engine.acceptance_length is None
+    else:
+        assert trial.engine.drafts > 0
+        assert trial.engine.acceptance_length == pytest.approx(expected_acceptance)
+    assert group_members(trial.pgid) == []
+
+
+async def test_engine_killed_mid_run_is_one_clear_error(engine, tmp_path):
+    killed: list[int] = []
+    pgids: list[int] = []
+
+    def kill_engine_core(record) -> None:
+        if killed:
+            return
+        leader = next(p for p in psutil.process_iter() if _in_group(p, engine.port))
+        pgids.append(os.getpgid(leader.pid))
+        for child in leader.children(recursive=True):
+            child.send_signal(signal.SIGKILL)
+            killed.append(child.pid)
+
+    workload = WorkloadConfig(output_len=64, concurrency=1, requests=40, warmup_requests=1)
+    with pytest.raises((EngineError, InvalidSampleError)) as caught:
+        await measure("tiny-vllm", engine, "baseline", "w", workload, tmp_path, on_request_done=kill_engine_core)
+    assert killed
+    message = str(caught.value)
+    assert "exited with status" in message or "the engine may have died" in message or "HTTP 5" in message
+    assert group_members(pgids[0]) == []
+
+
+def _in_group(proc: psutil.Process, port: int) -> bool:
+    try:
+        return f"--port {port}" in " ".join(proc.cmdline()) and "api_server" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
