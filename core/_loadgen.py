@@ -255,7 +255,7 @@ class _StreamParser:
 
 
 async def _one_request(
-    client: httpx.AsyncClient, path: str, body: dict, record: RequestRecord, api: str
+    client: httpx.AsyncClient, path: str, body: dict, record: RequestRecord, api: str, timeout_s: float
 ) -> None:
     parser = _StreamParser(record, api)
 
@@ -264,7 +264,9 @@ async def _one_request(
             record.start_s = time.monotonic()
 
     try:
-        async with client.stream("POST", path, json=body, extensions={"trace": trace}) as response:
+        async with asyncio.timeout(timeout_s), client.stream(
+            "POST", path, json=body, extensions={"trace": trace}
+        ) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:300]
                 record.error = f"HTTP {response.status_code} from {path}: {text}"
@@ -272,6 +274,8 @@ async def _one_request(
                 return
             async for data in response.aiter_raw():
                 parser.feed(data, time.monotonic())
+    except TimeoutError:
+        record.error = f"no complete response within request_timeout_s = {timeout_s:g} s"
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc or 'connection failed'} (the engine may have died)"
     parser.finish(time.monotonic())
@@ -293,7 +297,7 @@ async def _run_requests(
             record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
             records.append(record)
             body = _payload(workload.api, model, prompts[index], workload.output_len)
-            await _one_request(client, path, body, record, workload.api)
+            await _one_request(client, path, body, record, workload.api, workload.request_timeout_s)
             if on_done:
                 on_done(record)
 
@@ -334,7 +338,9 @@ async def run_workload(
     # One client (one keep-alive connection) per concurrency slot, as that many independent
     # users would have: a single shared httpx pool costs time quadratic in its connections.
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    timeout = httpx.Timeout(workload.request_timeout_s, connect=10.0)
+    # No per-read timeout (it costs a cancel scope per streamed chunk); _one_request bounds
+    # each whole request by the workload's request_timeout_s instead.
+    timeout = httpx.Timeout(None, connect=10.0)
     tls = ssl.create_default_context()  # loading CA certificates costs ~25 ms: once, shared
     async with contextlib.AsyncExitStack() as stack:
         clients = [
