@@ -46,6 +46,7 @@ class HostConfig(_Strict):
 class EngineConfig(_Strict):
     """One serving engine: how to launch it and which modes it has.
 
+    ``repo`` is the engine's git repository on the host (read by compare, not by measure).
     ``modes`` maps a mode name (``baseline``, ``eagle3``, ...) to the extra launch arguments of
     that mode; ``args`` are common to every mode. ``command`` is only for ``kind = "command"``:
     the full argv, where ``{port}``, ``{model}`` and ``{python}`` are replaced.
@@ -53,6 +54,7 @@ class EngineConfig(_Strict):
 
     kind: Literal["vllm", "sglang", "command"]
     host: str = "local"
+    repo: str | None = None  # the engine's git checkout on the host; compare builds worktrees from it
     python: str = "python3"
     model: str = ""
     served_model_name: str | None = None

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bot.cli import load
+from bot._common import load
 from core import ConfigError, load_config, parse_config
 
 GOOD = """

@@ -13,7 +13,7 @@ import signal
 import psutil
 import pytest
 
-from bot.cli import load
+from bot._common import load
 from core import EngineError, InvalidSampleError, WorkloadConfig, measure
 from tests.conftest import group_members
 

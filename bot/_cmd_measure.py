@@ -1,0 +1,72 @@
+"""``specperf measure``: one trial of one engine and mode, printed as a table and saved as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import core
+from bot._common import data_dir, fmt, load, pick, pin_client
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``measure`` subcommand to ``sub``."""
+    m = sub.add_parser("measure", help="launch an engine, run a workload, print and save the figures")
+    m.add_argument("--engine", help="engine name from the config (default: the only one)")
+    m.add_argument("--mode", default="baseline", help="mode name from the engine's modes (default: baseline)")
+    m.add_argument("--workload", help="workload name from the config (default: 'default')")
+    m.add_argument("--json", help="where to write the JSON result (default: the data directory)")
+    m.set_defaults(run=run)
+
+
+def print_trial(console: Console, trial: core.TrialResult) -> None:
+    """One trial's figures as a two-column table."""
+    sample, figures = trial.sample, trial.engine
+    table = Table(title=f"{trial.engine_name} / {trial.mode} / {trial.workload_name}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("output tok/s (client)", fmt(sample.output_tok_s))
+    table.add_row("output tok/s (engine)", fmt(figures.output_tok_s))
+    table.add_row("requests/s", fmt(sample.request_per_s, 3))
+    table.add_row("acceptance length", fmt(figures.acceptance_length, 3))
+    table.add_row("output tokens", str(sample.output_tokens))
+    table.add_row("window s", fmt(sample.window_s, 2))
+    table.add_row("engine ready s", fmt(trial.ready_s, 1))
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        q = getattr(sample, name)
+        label = name.removesuffix("_ms").upper()
+        table.add_row(f"{label} p50 / p90 / p99 ms", "-" if q is None else f"{q.p50:.2f} / {q.p90:.2f} / {q.p99:.2f}")
+    console.print(table)
+    if figures.source:
+        console.print(f"engine figures from: {figures.source}")
+
+
+async def run(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf measure``; returns the exit status (errors propagate as exceptions)."""
+    config = load(args.config)
+    engine_name = pick(config.engines, args.engine, "engine")
+    workload_name = pick(config.workloads, args.workload, "workload", default="default")
+    engine, workload = config.engine(engine_name), config.workload(workload_name)
+    pin_client(config, console)
+    home = data_dir()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(f"starting {engine_name} ({args.mode})", total=workload.requests)
+        trial = await core.measure(
+            engine_name, engine, args.mode, workload_name, workload, home / "logs",
+            on_ready=lambda s: progress.update(task, description=f"ready in {s:.0f} s; measuring"),
+            on_request_done=lambda r: progress.advance(task),
+        )
+    print_trial(console, trial)
+    out = Path(args.json) if args.json else home / "results" / (
+        f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(trial.to_dict(), indent=2))
+    console.print(f"results written to {out}")
+    return 0

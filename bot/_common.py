@@ -1,0 +1,66 @@
+"""What every ``specperf`` subcommand shares: the data directory, config resolution, picking
+names from the config, and number formatting."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import core
+
+
+def data_dir() -> Path:
+    """specperf's data directory: ``$SPECPERF_HOME``, else ``$XDG_DATA_HOME/specperf``."""
+    if home := os.environ.get("SPECPERF_HOME"):
+        return Path(home)
+    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "specperf"
+
+
+def load(path: str | None) -> core.Config:
+    """The configuration: ``path``, else ``$SPECPERF_CONFIG``, else ``./specperf.toml``, else the
+    embedded default (``bot/default.toml``, the local CPU test engine under
+    ``$SPECPERF_TESTENV``, default ``~/.cache/specperf/testenv``).
+
+    Raises:
+        core.ConfigError: the file is unreadable or invalid.
+    """
+    os.environ.setdefault("SPECPERF_TESTENV", str(Path.home() / ".cache/specperf/testenv"))
+    path = path or os.environ.get("SPECPERF_CONFIG")
+    if path is None and Path("specperf.toml").exists():
+        path = "specperf.toml"
+    if path is not None:
+        return core.load_config(path)
+    text = resources.files("bot").joinpath("default.toml").read_text()
+    return core.parse_config(text, "<embedded default config>")
+
+
+def pick(table: dict, given: str | None, what: str, default: str | None = None) -> str:
+    """``given``, else ``default`` when configured, else the only entry of ``table``.
+
+    Raises:
+        core.ConfigError: several entries and none chosen.
+    """
+    if given:
+        return given
+    if default and default in table:
+        return default
+    if len(table) == 1:
+        return next(iter(table))
+    raise core.ConfigError(
+        f"more than one {what} is configured ({', '.join(sorted(table))}); pick one with --{what}"
+    )
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    """``value`` with thousands separators and ``digits`` decimals; ``-`` for ``None``."""
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def pin_client(config: core.Config, console) -> None:
+    """Pin this process (the benchmark client) to ``config.client_cpus``; warn if impossible."""
+    if config.client_cpus:
+        try:
+            os.sched_setaffinity(0, config.client_cpus)
+        except OSError as exc:
+            console.print(f"[yellow]warning: cannot pin the client to CPUs {config.client_cpus}: {exc}")
