@@ -16,11 +16,14 @@ from rich.console import Console
 from rich.text import Text
 
 import core
-from bot import _cmd_measure
+import storage
+from bot import _cmd_compare, _cmd_env, _cmd_measure
 
 EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_INTERRUPTED = 2, 3, 4, 130
 _FAILURES = (
     (core.ConfigError, "config error", EXIT_USAGE),
+    (core.GitError, "git error", EXIT_USAGE),
+    (storage.StorageError, "storage error", EXIT_USAGE),
     (core.InvalidSampleError, "invalid measurement", EXIT_INVALID),
     (core.EngineError, "engine error", EXIT_ENGINE),
 )
@@ -30,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specperf", description="Measure and compare LLM serving throughput.")
     parser.add_argument("--config", help="specperf.toml to use (default: ./specperf.toml or the embedded test engine)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (_cmd_measure,):
+    for command in (_cmd_measure, _cmd_compare, _cmd_env):
         command.register(sub)
     return parser
 
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specperf`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     console = Console()
-    errors = Console(stderr=True)
+    errors = Console(stderr=True, soft_wrap=True)  # one error, one unbroken line
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops engines like Ctrl-C
     try:
         # uvloop: about a quarter less client CPU per streamed token (bench/RESULTS.md)
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         errors.print(Text(f"{label}: ", style="bold red") + Text(str(exc)))
         return status
     except KeyboardInterrupt:
-        errors.print("interrupted; engines started by this command were stopped")
+        errors.print("interrupted; engines started by this command were stopped (a run is marked interrupted)")
         return EXIT_INTERRUPTED
 
 

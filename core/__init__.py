@@ -1,4 +1,5 @@
-"""specperf's library: configuration, engines, the benchmark client and one-trial measurement.
+"""specperf's library: configuration, engines, the benchmark client, one-trial measurement, and the
+environment probe with its checks and fingerprint diff.
 
 No Slack and no database here; ``bot`` and ``storage`` build on this. Public names::
 
@@ -7,11 +8,39 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     adapter_for, EngineAdapter, EngineFigures
     measure, TrialResult
     parse_decode_line, DecodeLogLine
+    compare, resolve_refs, CompareRequest, CompareResult, CompareObserver, Arm, CompareConfig,
+    StorageConfig, verdict_for, arm_trial, figures, summarize, render_chart
+    decide, Verdict, ArmTrial, speedup, speedup_change, Speedup, REGRESSION, IMPROVEMENT,
+    NO_CHANGE, INCONCLUSIVE
+    probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
+    run_checks, Check, CheckStatus, worst
+    diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
+    GitError, BuildError,
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError
 """
 
-from core._config import Config, EngineConfig, HostConfig, WorkloadConfig, load_config, parse_config
+from core._compare import (
+    Arm,
+    CompareObserver,
+    CompareRequest,
+    CompareResult,
+    arm_trial,
+    compare,
+    figures,
+    resolve_refs,
+    verdict_for,
+)
+from core._config import (
+    CompareConfig,
+    Config,
+    EngineConfig,
+    HostConfig,
+    StorageConfig,
+    WorkloadConfig,
+    load_config,
+    parse_config,
+)
 from core._engines import EngineAdapter, EngineFigures, adapter_for
 from core._errors import (
     ConfigError,
@@ -23,7 +52,33 @@ from core._errors import (
 )
 from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
 from core._measure import TrialResult, measure
+from core._git import GitError
+from core._report import render_chart, summarize
 from core._sglang_log import DecodeLogLine, parse_decode_line
+from core._probe import (
+    ProbeError,
+    parse_probe_output,
+    probe,
+    probe_async,
+    probe_cheap,
+    probe_options,
+    probe_script_text,
+)
+from core._checks import Check, CheckStatus, run_checks, worst
+from core._fingerprint import Category, Change, SnapshotError, diff_snapshots, flatten_snapshot, load_snapshot
+from core._stats import (
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_CHANGE,
+    REGRESSION,
+    ArmTrial,
+    Speedup,
+    Verdict,
+    decide,
+    speedup,
+    speedup_change,
+)
+from core._worktree_engine import BuildError
 
 __all__ = [
     "Config", "EngineConfig", "HostConfig", "WorkloadConfig", "load_config", "parse_config",
@@ -33,4 +88,12 @@ __all__ = [
     "Quantiles", "RequestRecord", "Sample", "run_workload",
     "TrialResult", "measure",
     "DecodeLogLine", "parse_decode_line",
+    "Arm", "CompareObserver", "CompareRequest", "CompareResult", "arm_trial", "compare", "resolve_refs",
+    "verdict_for", "figures", "CompareConfig", "StorageConfig", "summarize", "render_chart",
+    "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
+    "speedup", "speedup_change",
+    "GitError", "BuildError",
+    "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
+    "Check", "CheckStatus", "run_checks", "worst",
+    "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",
 ]

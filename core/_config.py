@@ -46,7 +46,13 @@ class HostConfig(_Strict):
 class EngineConfig(_Strict):
     """One serving engine: how to launch it and which modes it has.
 
-    ``repo`` is the engine's git repository on the host (read by compare, not by measure).
+    Compare launches the engine from a git worktree of ``repo`` per commit. Source mode:
+    ``source_dir`` (relative to the worktree, ``""`` for its root) goes first on PYTHONPATH,
+    and ``source_package`` is the package that must then be imported from the worktree
+    (checked before the first launch of each commit, so a stale install cannot be measured
+    by mistake). Build mode: ``build`` is an argv run once per commit in its worktree, with
+    ``{worktree}`` and ``{prefix}`` (a per-commit folder) replaced; ``{prefix}`` may also be
+    used in ``python``, ``args`` and mode arguments (``python = "{prefix}/bin/python"``).
     ``modes`` maps a mode name (``baseline``, ``eagle3``, ...) to the extra launch arguments of
     that mode; ``args`` are common to every mode. ``command`` is only for ``kind = "command"``:
     the full argv, where ``{port}``, ``{model}`` and ``{python}`` are replaced.
@@ -54,7 +60,10 @@ class EngineConfig(_Strict):
 
     kind: Literal["vllm", "sglang", "command"]
     host: str = "local"
-    repo: str | None = None  # the engine's git checkout on the host; compare builds worktrees from it
+    repo: str | None = None
+    source_dir: str | None = None
+    source_package: str | None = None
+    build: list[str] = Field(default_factory=list)
     python: str = "python3"
     model: str = ""
     served_model_name: str | None = None
@@ -73,7 +82,7 @@ class EngineConfig(_Strict):
     def _expand_path(cls, value: str) -> str:
         return os.path.expanduser(_expand(value)) if value else value
 
-    @field_validator("args", "command")
+    @field_validator("args", "command", "build")
     @classmethod
     def _expand_list(cls, value: list[str]) -> list[str]:
         return [_expand(v) for v in value]
@@ -122,6 +131,33 @@ class WorkloadConfig(_Strict):
     request_timeout_s: float = Field(default=300.0, gt=0)
 
 
+class CompareConfig(_Strict):
+    """How a compare decides (see core._stats): ``margin_pct`` of base tok/s within which a
+    change counts as none, rank-test ``alpha``, launches per arm and mode between
+    ``min_trials`` and ``max_trials`` (rounds are added while INCONCLUSIVE), an overall
+    ``time_budget_s``, and ``cooldown_s`` between launches."""
+
+    margin_pct: float = Field(default=2.0, gt=0, lt=100)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    min_trials: int = Field(default=4, ge=2)
+    max_trials: int = Field(default=8, ge=2)
+    time_budget_s: float = Field(default=3600.0, gt=0)
+    cooldown_s: float = Field(default=2.0, ge=0)
+    modes: list[str] = Field(default_factory=lambda: ["baseline", "eagle3"])
+
+    @model_validator(mode="after")
+    def _trials(self) -> CompareConfig:
+        if self.max_trials < self.min_trials:
+            raise ValueError(f"max_trials ({self.max_trials}) is below min_trials ({self.min_trials})")
+        return self
+
+
+class StorageConfig(_Strict):
+    """Where runs are kept: any SQLAlchemy URL; empty means SQLite in the data directory."""
+
+    url: str = ""
+
+
 class Config(_Strict):
     """The whole configuration file.
 
@@ -133,6 +169,8 @@ class Config(_Strict):
     engines: dict[str, EngineConfig] = Field(default_factory=dict)
     workloads: dict[str, WorkloadConfig] = Field(default_factory=lambda: {"default": WorkloadConfig()})
     client_cpus: list[int] | None = None
+    compare: CompareConfig = Field(default_factory=CompareConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -225,7 +225,7 @@ class _StreamParser:
         event = json.loads(payload)
         record = self.record
         if "error" in event and not event.get("choices"):
-            record.error = f"server error in stream: {event['error']}"
+            record.error = f"server error in stream: {json.dumps(event['error'])[:300]}"
             return
         if _chunk_text(event, self.api):
             if self.last_text_s is None:

@@ -80,12 +80,16 @@ async def measure(
     workload: WorkloadConfig,
     log_dir: Path,
     *,
+    cwd: Path | None = None,
+    on_launch: Callable[[EngineProcess], None] | None = None,
     on_ready: Callable[[float], None] | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> TrialResult:
     """Run one trial of ``engine`` in ``mode`` with ``workload`` on the local host.
 
-    The engine log goes to ``log_dir/<engine>-<mode>-<UTC time>.log``.
+    The engine runs in ``cwd`` (default: this process's) and logs to
+    ``log_dir/<engine>-<mode>-<UTC time>.log``. ``on_launch`` gets the started process (its
+    ``pgid``) before anything else happens, so a caller can record it.
 
     Returns:
         The :class:`TrialResult`; its sample is valid (else an error is raised).
@@ -107,12 +111,14 @@ async def measure(
     started_at = dt.datetime.now(dt.timezone.utc)
     log_path = log_dir / f"{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
     try:
-        process = EngineProcess(argv, engine.env, log_path)
+        process = EngineProcess(argv, engine.env, log_path, cwd=str(cwd) if cwd else None)
     except OSError as exc:
         raise EngineError(f"cannot start engine {engine_name!r}: {argv[0]}: {exc.strerror}") from None
     launched = time.monotonic()
     base_url = f"http://127.0.0.1:{engine.port}"
     try:
+        if on_launch:
+            on_launch(process)
         async with httpx.AsyncClient(base_url=base_url) as client:
             await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
             ready_s = time.monotonic() - launched

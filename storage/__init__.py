@@ -1,4 +1,18 @@
-"""Persistence for runs, trials and environment snapshots (SQLModel).
+"""Persistence for runs, trials, environment snapshots and verdicts (SQLModel over SQLAlchemy).
 
-Empty until the compare work lands; ``core`` never imports from here.
+SQLite by default, any SQLAlchemy URL (PostgreSQL: ``postgresql+psycopg://...``) by config;
+the schema is migrated with Alembic on open. ``core`` never imports from here.
+
+Public names: open_database, default_url, StorageError, RunStore, StoredRun, load_run,
+list_runs, and the tables Run, Arm, Trial, EnvSnapshot, VerdictRow.
 """
+
+from storage._db import StorageError, default_url, open_database
+from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
+from storage._store import RunStore, StoredRun, list_runs, load_run
+
+__all__ = [
+    "open_database", "default_url", "StorageError",
+    "RunStore", "StoredRun", "load_run", "list_runs",
+    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow",
+]

@@ -1,0 +1,182 @@
+"""``specperf compare``, ``specperf show`` and ``specperf history``: the revert-and-measure job
+and the runs it keeps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+import core
+import storage
+from bot._common import data_dir, load, pick, pin_client
+from bot._report_view import print_report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``compare``, ``show`` and ``history`` to ``sub``."""
+    c = sub.add_parser("compare", help="measure a commit against its base, interleaved, and give a verdict per mode")
+    c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
+    c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
+    c.add_argument("--engine", help="engine name from the config (default: the only one)")
+    c.add_argument("--workload", help="workload name from the config (default: 'default')")
+    c.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
+    c.add_argument("--min-trials", type=int, help="launches per arm and mode before a verdict")
+    c.add_argument("--max-trials", type=int, help="launches per arm and mode at most")
+    c.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
+    _output_args(c)
+    c.set_defaults(run=run_compare)
+
+    s = sub.add_parser("show", help="show a stored run")
+    s.add_argument("run_id", type=int, metavar="RUN")
+    s.add_argument("--recompute", action="store_true", help="recompute the verdicts from the stored trials")
+    _output_args(s)
+    s.set_defaults(run=run_show)
+
+    h = sub.add_parser("history", help="list stored runs, newest first")
+    h.add_argument("--engine", help="only runs of this engine")
+    h.add_argument("--limit", type=int, default=20)
+    h.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
+    h.set_defaults(run=run_history)
+
+
+def _output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
+    parser.add_argument("--json", help="also write the report as JSON here")
+    parser.add_argument("--chart", help="where to write the PNG chart (default: the data directory)")
+
+
+def _database(args: argparse.Namespace, config: core.Config):
+    return storage.open_database(args.db or config.storage.url or storage.default_url(data_dir()))
+
+
+def _modes(args: argparse.Namespace, config: core.Config, engine: core.EngineConfig, name: str) -> list[str]:
+    wanted = args.modes.split(",") if args.modes else [m for m in config.compare.modes if m in engine.modes]
+    missing = [m for m in wanted if m not in engine.modes]
+    if missing or not wanted:
+        raise core.ConfigError(
+            f"engine {name!r} has no mode {', '.join(missing) or '(none chosen)'} (its modes: {', '.join(engine.modes)})"
+        )
+    return wanted
+
+
+def _settings(args: argparse.Namespace, config: core.Config) -> core.CompareConfig:
+    overrides = {k: v for k, v in (("min_trials", args.min_trials), ("max_trials", args.max_trials),
+                                   ("margin_pct", args.margin_pct)) if v is not None}
+    try:
+        return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
+    except ValueError as exc:
+        raise core.ConfigError(f"bad compare option: {exc.errors()[0]['msg']}") from None
+
+
+class _ConsoleStore(storage.RunStore):
+    """Records the run and prints its progress as it goes."""
+
+    def __init__(self, db, console: Console) -> None:
+        super().__init__(db)
+        self.console = console
+
+    def progress(self, message: str) -> None:
+        self.console.print(f"[dim]{message}[/dim]", highlight=False)
+
+    def trial_finished(self, arm, seq, trial) -> None:
+        super().trial_finished(arm, seq, trial)
+        acceptance = trial.engine.acceptance_length
+        extra = f", acceptance length {acceptance:.2f}" if acceptance is not None else ""
+        self.console.print(f"  trial {seq}: {arm.mode} {arm.role}: {trial.sample.output_tok_s:,.1f} tok/s{extra}",
+                           highlight=False)
+
+    def verdicts_updated(self, verdicts) -> None:
+        super().verdicts_updated(verdicts)
+        self.console.print("  so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()), highlight=False)
+
+
+def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
+          trials: dict, title: str) -> None:
+    print_report(console, report, title)
+    chart = Path(args.chart) if args.chart else data_dir() / "charts" / f"run-{run_id}.png"
+    core.render_chart(trials, chart, title)
+    console.print(f"chart: {chart}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"run_id": run_id, **report}, indent=2))
+        console.print(f"report: {args.json}")
+
+
+async def run_compare(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run."""
+    config = load(args.config)
+    name = pick(config.engines, args.engine, "engine")
+    workload_name = pick(config.workloads, args.workload, "workload", default="default")
+    engine = config.engine(name)
+    request = core.CompareRequest(
+        engine_name=name, engine=engine, workload_name=workload_name, workload=config.workload(workload_name),
+        head_ref=args.commit, base_ref=args.base, modes=_modes(args, config, engine, name),
+        settings=_settings(args, config), workdir=data_dir() / "work",
+    )
+    base_sha, head_sha = core.resolve_refs(request)  # bad refs stop here, before anything runs
+    store = _ConsoleStore(_database(args, config), console)
+    run_id = store.create(request, base_sha, head_sha)
+    console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
+                  f"modes {', '.join(request.modes)}", highlight=False)
+    pin_client(config, console)
+    result = await core.compare(request, store, shas=(base_sha, head_sha))
+    title = f"run {run_id}: {name} {head_sha[:12]} vs {base_sha[:12]}"
+    if result.status == "failed":
+        console.print(f"[bold red]FAILED[/]: {result.reason}", highlight=False)
+        if result.log_tail:
+            console.print(result.log_tail, markup=False, highlight=False)
+        return 3
+    trials = core.figures(result)
+    _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings), trials, title)
+    return 0
+
+
+def _stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.ArmTrial]]]:
+    trials: dict[str, dict[str, list[core.ArmTrial]]] = {m: {"base": [], "head": []} for m in stored.run.modes}
+    for trial in stored.trials:
+        if trial.status != "ok":
+            continue
+        arm = stored.arms[trial.arm_id]
+        trials[arm.mode][arm.role].append(core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean))
+    return trials
+
+
+async def run_show(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
+    config = load(args.config)
+    stored = storage.load_run(_database(args, config), args.run_id)
+    if stored is None:
+        raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
+    run = stored.run
+    console.print(f"run {run.id} ({run.status}): {run.engine_name} {run.head_ref} ({run.head_sha[:12]}) against "
+                  f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", highlight=False)
+    if run.reason:
+        console.print(f"reason: {run.reason}", highlight=False)
+    settings = core.CompareConfig.model_validate(run.settings["compare"])
+    trials = _stored_figures(stored)
+    if args.recompute:
+        verdicts = {m: core.verdict_for(trials[m], settings) for m in run.modes}
+    else:
+        fields = [f.name for f in core.Verdict.__dataclass_fields__.values()]
+        verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
+    _emit(console, args, run.id, core.summarize(trials, verdicts, settings), trials,
+          f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")
+    return 0
+
+
+async def run_history(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf history``: the newest runs with their verdicts."""
+    config = load(args.config)
+    table = Table(title="runs")
+    for column in ("run", "when (UTC)", "engine", "commit", "base", "status", "verdicts"):
+        table.add_column(column)
+    for run, verdicts in storage.list_runs(_database(args, config), args.engine, args.limit):
+        table.add_row(str(run.id), f"{run.created_at:%Y-%m-%d %H:%M}", run.engine_name,
+                      f"{run.head_ref} {run.head_sha[:10]}", run.base_sha[:10], run.status,
+                      ", ".join(f"{v.mode}: {v.verdict} {v.change_pct:+.1f}%" if v.change_pct is not None
+                                else f"{v.mode}: {v.verdict}" for v in verdicts))
+    console.print(table)
+    return 0

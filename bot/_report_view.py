@@ -1,0 +1,54 @@
+"""A compare report (core.summarize) as rich tables for the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from bot._common import fmt
+
+_STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "NO CHANGE": "green", "INCONCLUSIVE": "yellow"}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def print_report(console: Console, report: dict, title: str) -> None:
+    """Both modes side by side, then EAGLE-3's speedup over baseline on each side."""
+    table = Table(title=title)
+    for column in ("mode", "base tok/s", "commit tok/s", "change (95% CI)", "p", "verdict",
+                   "acceptance length", "ms / step"):
+        table.add_column(column, justify="left" if column in ("mode", "verdict") else "right")
+    for mode, entry in report["modes"].items():
+        base, head, v = entry["base"], entry["head"], entry.get("verdict")
+        if v and v["ci_low_pct"] is not None:
+            change = f"{_pct(v['change_pct'])} ({_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])})"
+        else:
+            change = _pct(v["change_pct"]) if v else "-"
+        verdict = v["verdict"] if v else "-"
+        table.add_row(
+            mode, fmt(base["output_tok_s"]), fmt(head["output_tok_s"]), change,
+            "-" if not v or v["p_value"] is None else f"{v['p_value']:.3f}",
+            f"[{_STYLE.get(verdict, '')}]{verdict}[/]",
+            f"{fmt(base['acceptance_length'], 2)} -> {fmt(head['acceptance_length'], 2)}",
+            f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}",
+        )
+    console.print(table)
+    for mode, entry in report["modes"].items():
+        v = entry.get("verdict")
+        if v:
+            more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
+            console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}{more}", highlight=False)
+    for mode, sides in report["speedups"].items():
+        parts = []
+        for role, label in (("base", "base"), ("head", "commit")):
+            s = sides[role]
+            if s:
+                parts.append(f"{label} {s['ratio']:.2f}x ({s['ci_low']:.2f}..{s['ci_high']:.2f})")
+        change = sides["change"]
+        if change:
+            moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
+            parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
+        if parts:
+            console.print(f"  {mode} speedup over baseline: " + "; ".join(parts), highlight=False)

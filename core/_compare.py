@@ -1,0 +1,199 @@
+"""Revert-and-measure: a commit against its base, interleaved launches, a verdict per mode.
+
+For each round and each mode still undecided, four launches in ABBA order (base, commit,
+commit, base), on the same host and port, with a cool-down between launches. After each
+round the verdict of each mode is recomputed (core._stats); a mode stops getting rounds once
+it has ``min_trials`` launches per arm and a verdict other than INCONCLUSIVE, or at
+``max_trials`` launches per arm, or when the time budget is spent.
+
+A launch that fails (no build, no start, never ready, died, truncated output) ends the run
+as FAILED with the reason and the engine's log tail: no verdict is made from a partial run.
+Ctrl-C (cancellation) stops the engine's process group and ends the run as interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core import _git
+from core._config import CompareConfig, EngineConfig, WorkloadConfig
+from core._errors import EngineError, SpecperfError
+from core._measure import TrialResult, measure
+from core._process import EngineProcess
+from core._stats import INCONCLUSIVE, ArmTrial, Verdict, decide
+from core._worktree_engine import build_commit, check_import, engine_for_commit
+
+ABBA = ("base", "head", "head", "base")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One (commit SHA, mode) pair; ``role`` is ``base`` or ``head`` (the commit under test)."""
+
+    role: str
+    sha: str
+    mode: str
+
+
+@dataclass
+class CompareRequest:
+    """What to compare: ``head_ref`` against ``base_ref`` (``None``: its first parent)."""
+
+    engine_name: str
+    engine: EngineConfig
+    workload_name: str
+    workload: WorkloadConfig
+    head_ref: str
+    base_ref: str | None
+    modes: list[str]
+    settings: CompareConfig
+    workdir: Path
+
+
+@dataclass
+class CompareResult:
+    """The outcome. ``status``: done, failed or interrupted; ``trials[mode][role]`` in pair order."""
+
+    status: str
+    base_sha: str
+    head_sha: str
+    trials: dict[str, dict[str, list[TrialResult]]] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    imported: dict[str, dict | None] = field(default_factory=dict)
+    reason: str | None = None
+    log_tail: str | None = None
+
+
+class CompareObserver:
+    """Hooks a front end or store implements; every method is optional (no-op here)."""
+
+    def started(self, base_sha: str, head_sha: str) -> None: ...
+    def progress(self, message: str) -> None: ...
+    def trial_launched(self, arm: Arm, seq: int, process: EngineProcess) -> None: ...
+    def trial_finished(self, arm: Arm, seq: int, trial: TrialResult) -> None: ...
+    def trial_failed(self, arm: Arm, seq: int, error: str) -> None: ...
+    def verdicts_updated(self, verdicts: dict[str, Verdict]) -> None: ...
+    def finished(self, result: CompareResult) -> None: ...
+
+
+def arm_trial(trial: TrialResult) -> ArmTrial:
+    """The figures of a trial that the statistics use."""
+    tpot = trial.sample.tpot_ms
+    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None)
+
+
+def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> Verdict:
+    """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
+    launch order (pairs = the shorter arm's count)."""
+    n = min(len(trials["base"]), len(trials["head"]))
+    return decide(trials["base"][:n], trials["head"][:n],
+                  margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+
+
+def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
+    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`."""
+    return {mode: {role: [arm_trial(t) for t in trials] for role, trials in by_role.items()}
+            for mode, by_role in result.trials.items()}
+
+
+def resolve_refs(request: CompareRequest) -> tuple[str, str]:
+    """(base SHA, head SHA); refs are validated and resolved before anything runs.
+
+    Raises:
+        GitError: no repo configured, a bad ref, or a root commit without ``base_ref``.
+    """
+    repo = request.engine.repo
+    if not repo:
+        raise _git.GitError(f"engine {request.engine_name!r} has no repo; set engines.{request.engine_name}.repo")
+    head = _git.resolve_commit(repo, request.head_ref)
+    base = _git.resolve_commit(repo, request.base_ref) if request.base_ref else _git.first_parent(repo, head)
+    return base, head
+
+
+async def compare(request: CompareRequest, observer: CompareObserver | None = None,
+                  shas: tuple[str, str] | None = None) -> CompareResult:
+    """Run the experiment described by ``request``; see the module docstring.
+
+    ``shas`` (base, head) skips resolution when the caller already resolved the refs.
+    Returns a result with status ``done`` or ``failed``; on cancellation (Ctrl-C) the
+    observer's ``finished`` gets status ``interrupted`` and the cancellation propagates.
+
+    Raises:
+        GitError: a ref is bad (before anything is launched).
+    """
+    obs = observer or CompareObserver()
+    base_sha, head_sha = shas or resolve_refs(request)
+    result = CompareResult("running", base_sha, head_sha,
+                           trials={m: {"base": [], "head": []} for m in request.modes})
+    obs.started(base_sha, head_sha)
+    try:
+        await _experiment(request, obs, result)
+        result.status = "done"
+    except SpecperfError as exc:
+        result.status = "failed"
+        result.reason = str(exc).split("\n--- engine log tail ---\n")[0]
+        result.log_tail = exc.log_tail if isinstance(exc, EngineError) else None
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        result.status = "interrupted"
+        result.reason = "interrupted by the user"
+        obs.finished(result)
+        raise
+    obs.finished(result)
+    return result
+
+
+async def _experiment(request: CompareRequest, obs: CompareObserver, result: CompareResult) -> None:
+    settings, engine = request.settings, request.engine
+    engines: dict[str, tuple[EngineConfig, Path]] = {}
+    for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
+        obs.progress(f"preparing {role} {sha[:12]}")
+        tree = await asyncio.to_thread(_git.worktree, engine.repo, sha, request.workdir)
+        prefix = request.workdir / "builds" / sha
+        await asyncio.to_thread(build_commit, engine, tree, prefix, sha)
+        arm_engine = engine_for_commit(engine, tree, prefix)
+        result.imported[role] = await asyncio.to_thread(check_import, arm_engine, tree)
+        engines[role] = (arm_engine, tree)
+
+    deadline = time.monotonic() + settings.time_budget_s
+    undecided = list(request.modes)
+    seq = 0
+    while undecided:
+        for mode in undecided:
+            for role in ABBA:
+                seq += 1
+                arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
+                trial = await _one_trial(request, obs, arm, seq, *engines[role])
+                result.trials[mode][role].append(trial)
+                if settings.cooldown_s:
+                    await asyncio.sleep(settings.cooldown_s)
+        view = figures(result)
+        result.verdicts = {m: verdict_for(view[m], settings) for m in request.modes}
+        obs.verdicts_updated(result.verdicts)
+        launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0
+        undecided = [
+            m for m in undecided
+            if len(result.trials[m]["base"]) < settings.min_trials
+            or (result.verdicts[m].verdict == INCONCLUSIVE and len(result.trials[m]["base"]) < settings.max_trials)
+        ]
+        if undecided and time.monotonic() > deadline:
+            obs.progress(f"time budget of {settings.time_budget_s:.0f} s spent after {launches} launches per arm")
+            break
+
+
+async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
+                     engine: EngineConfig, tree: Path) -> TrialResult:
+    obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
+    try:
+        trial = await measure(
+            request.engine_name, engine, arm.mode, request.workload_name, request.workload,
+            request.workdir / "logs", cwd=tree,
+            on_launch=lambda process: obs.trial_launched(arm, seq, process),
+        )
+    except SpecperfError as exc:
+        obs.trial_failed(arm, seq, str(exc))
+        raise
+    obs.trial_finished(arm, seq, trial)
+    return trial

@@ -1,0 +1,91 @@
+"""Git, safely: refs resolved to full SHAs before use, one worktree per SHA.
+
+User text never reaches a shell: every git call is an argv list, and a ref is first checked
+against git's own ref-name rules and then resolved with
+``git rev-parse --verify --end-of-options <ref>^{commit}``, so option-looking text
+(``--upload-pack=x``) or shell syntax (``HEAD; touch /tmp/x``) is rejected before any other
+command runs. Worktrees live under the tool's work directory (``<workdir>/worktrees/<sha>``),
+are reused across runs, and never touch the user's checkout.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from core._errors import SpecperfError
+
+
+class GitError(SpecperfError):
+    """A git operation failed, or a ref does not name a commit."""
+
+
+# Characters git forbids in ref names (git-check-ref-format), plus whitespace, quotes and
+# shell metacharacters, which no ref a person types needs; "^", "~" and "@{" stay allowed.
+_FORBIDDEN = re.compile(r"[\s\\;&|$`'\"<>()*?\[\]]|^-|\x00")
+
+
+def _git(repo: str | Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise GitError("git is not installed on this host") from None
+    if check and result.returncode != 0:
+        raise GitError(f"git {' '.join(args[:2])} failed in {repo}: {result.stderr.strip()}")
+    return result
+
+
+def resolve_commit(repo: str | Path, ref: str) -> str:
+    """The full 40-hex SHA of the commit ``ref`` names in ``repo``.
+
+    Raises:
+        GitError: ``repo`` is not a git repository, ``ref`` contains characters no ref has
+            (it starts with ``-``, or holds whitespace or shell syntax), or it names no commit.
+    """
+    if not ref or _FORBIDDEN.search(ref):
+        raise GitError(
+            f"{ref!r} is not a git ref: refs cannot start with '-' or contain whitespace or shell "
+            "characters; give a commit SHA, branch or tag"
+        )
+    if not Path(repo).is_dir():
+        raise GitError(f"engine repository {repo} does not exist; set engines.<name>.repo")
+    result = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
+    sha = result.stdout.strip()
+    if result.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        raise GitError(f"{ref!r} names no commit in {repo}; check the ref (git log --oneline) and fetch it")
+    return sha
+
+
+def first_parent(repo: str | Path, sha: str) -> str:
+    """The first parent of ``sha`` (a full SHA); :class:`GitError` for a root commit."""
+    result = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}^1", check=False)
+    if result.returncode != 0:
+        raise GitError(f"{sha[:12]} has no parent; pass --base REF")
+    return result.stdout.strip()
+
+
+def subject(repo: str | Path, sha: str) -> str:
+    """The one-line subject of commit ``sha``."""
+    return _git(repo, "log", "-1", "--format=%s", sha).stdout.strip()
+
+
+def worktree(repo: str | Path, sha: str, workdir: Path) -> Path:
+    """A checkout of ``sha`` at ``workdir/worktrees/<sha>``, created on first use, reused after.
+
+    Stale worktree records (folders deleted by hand) are pruned first. The worktree is
+    detached at ``sha``; a reused one is checked to still be at ``sha``.
+
+    Raises:
+        GitError: git could not create the worktree.
+    """
+    path = workdir / "worktrees" / sha
+    _git(repo, "worktree", "prune")
+    if path.exists():
+        head = _git(path, "rev-parse", "HEAD", check=False).stdout.strip()
+        if head == sha:
+            return path
+        _git(repo, "worktree", "remove", "--force", str(path), check=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    return path

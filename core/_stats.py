@@ -1,0 +1,226 @@
+"""Statistics of one compare: from per-trial output tok/s of two arms to a three-way verdict.
+
+Method (per mode):
+
+* Launches alternate ABBA (A = base, B = commit), so consecutive launches form pairs
+  (A,B), (B,A), (A,B), ...; each pair gives one log-ratio ``r = ln(tok/s_B / tok/s_A)``.
+  Alternating the order inside pairs cancels a linear drift of the machine (warming, clock
+  decay) on average, and pairing removes slow drift between pairs.
+* Estimate: ``exp(mean r) - 1``. Interval: 95% BCa bootstrap of ``mean r``
+  (``scipy.stats.bootstrap``, seeded so a recompute gives the same numbers).
+* p-value: two-sided Mann-Whitney U on the two arms' log tok/s (``scipy.stats.mannwhitneyu``,
+  exact for small samples): a rank test, so one wild launch cannot carry the verdict. With 4
+  launches per arm its smallest p is 2/70 = 0.029; below 4 no verdict but NO CHANGE or
+  INCONCLUSIVE is possible.
+* Verdict with margin ``m`` (2% by default): REGRESSION or IMPROVEMENT when the whole
+  interval lies beyond ``-m`` or ``+m`` and p < alpha; NO CHANGE when the whole interval lies
+  inside ``+-m``; otherwise INCONCLUSIVE, with the number of further launches per arm that
+  would shrink the interval enough, assuming the spread seen so far (n' = n * (h / h')^2 for
+  half-width h and the half-width h' that would settle it).
+* Under speculative decoding, output tok/s per sequence = acceptance length / step time, so
+  the same pairs give the change of acceptance length and of step time (ms per verify step
+  = TPOT x acceptance length), and the verdict names the one that moved more.
+
+Fewer than ``min_pairs`` pairs give INCONCLUSIVE: a bootstrap over two or three values
+cannot show its own uncertainty.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = "REGRESSION", "IMPROVEMENT", "NO CHANGE", "INCONCLUSIVE"
+
+
+@dataclass(frozen=True)
+class ArmTrial:
+    """The figures of one successful trial that the statistics use.
+
+    ``output_tok_s``: client output tok/s. ``acceptance_length``: engine figure, ``None``
+    without speculation. ``tpot_ms``: mean TPOT of the trial's requests.
+    """
+
+    output_tok_s: float
+    acceptance_length: float | None = None
+    tpot_ms: float | None = None
+
+    @property
+    def step_ms(self) -> float | None:
+        """Milliseconds per decode (verify) step of one sequence: TPOT x acceptance length."""
+        if self.tpot_ms is None:
+            return None
+        return self.tpot_ms * (self.acceptance_length or 1.0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One mode's verdict and the evidence for it. Percentages are of the base arm."""
+
+    verdict: str
+    n_pairs: int
+    change_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None
+    margin_pct: float
+    alpha: float
+    more_trials: int | None
+    acceptance_change_pct: float | None
+    step_ms_change_pct: float | None
+    attribution: str | None
+    reason: str
+
+
+def pair_log_ratios(base: list[float], head: list[float]) -> np.ndarray:
+    """``ln(head_i / base_i)`` for each pair; both lists in pair order, equal length.
+
+    Raises:
+        ValueError: lengths differ or a value is not positive.
+    """
+    if len(base) != len(head):
+        raise ValueError(f"unpaired arms: {len(base)} base and {len(head)} commit values")
+    a, b = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
+    if (a <= 0).any() or (b <= 0).any():
+        raise ValueError("throughput values must be positive")
+    return np.log(b / a)
+
+
+def _pct(log_ratio: float) -> float:
+    return 100.0 * math.expm1(log_ratio)
+
+
+def bootstrap_ci(r: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% BCa bootstrap interval of ``mean(r)`` (scipy, 9,999 resamples, seeded)."""
+    if np.ptp(r) == 0:
+        return float(r[0]), float(r[0])
+    result = stats.bootstrap((r,), np.mean, confidence_level=0.95, n_resamples=9999,
+                             method="BCa", random_state=np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    if not (np.isfinite(low) and np.isfinite(high)):  # BCa can degenerate on tiny samples
+        low, high = np.percentile(r, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _mean_change(base: list[float | None], head: list[float | None]) -> float | None:
+    pairs = [(a, b) for a, b in zip(base, head) if a and b]
+    if not pairs:
+        return None
+    return _pct(float(np.mean(np.log([b / a for a, b in pairs]))))
+
+
+def decide(
+    base: list[ArmTrial], head: list[ArmTrial], *, margin_pct: float = 2.0, alpha: float = 0.05,
+    min_pairs: int = 4, seed: int = 0,
+) -> Verdict:
+    """The verdict for one mode from paired trials (``base[i]`` paired with ``head[i]``).
+
+    Args:
+        base, head: successful trials of the two arms, in pair order, equal length.
+        margin_pct: changes within +-margin count as no change (percent of base tok/s).
+        alpha: the rank test's significance level.
+        min_pairs: fewer pairs give INCONCLUSIVE.
+        seed: bootstrap seed (recomputing with the same data and seed gives the same result).
+
+    Raises:
+        ValueError: the arms have different lengths or a non-positive throughput.
+    """
+    n = len(base)
+    margin = math.log1p(margin_pct / 100.0)
+    if n == 0:
+        return Verdict(INCONCLUSIVE, 0, None, None, None, None, margin_pct, alpha, min_pairs, None, None, None,
+                       "no successful pairs of trials")
+    r = pair_log_ratios([t.output_tok_s for t in base], [t.output_tok_s for t in head])
+    mean = float(r.mean())
+    acceptance_change = _mean_change([t.acceptance_length for t in base], [t.acceptance_length for t in head])
+    step_change = _mean_change([t.step_ms for t in base], [t.step_ms for t in head])
+    common = dict(n_pairs=n, change_pct=_pct(mean), margin_pct=margin_pct, alpha=alpha,
+                  acceptance_change_pct=acceptance_change, step_ms_change_pct=step_change)
+    if n < min_pairs:
+        return Verdict(INCONCLUSIVE, ci_low_pct=None, ci_high_pct=None, p_value=None,
+                       more_trials=min_pairs - n, attribution=None,
+                       reason=f"{n} pairs so far; at least {min_pairs} are needed", **common)
+    low, high = bootstrap_ci(r, seed)
+    p = float(stats.mannwhitneyu(np.log([t.output_tok_s for t in head]), np.log([t.output_tok_s for t in base]),
+                                 alternative="two-sided").pvalue)
+    interval = dict(ci_low_pct=_pct(low), ci_high_pct=_pct(high), p_value=p)
+    if (high < -margin or low > margin) and p < alpha:
+        verdict = REGRESSION if high < -margin else IMPROVEMENT
+        attribution = _attribution(acceptance_change, step_change)
+        because = f"; {attribution} moved" if attribution else ""
+        return Verdict(verdict, more_trials=None, attribution=attribution,
+                       reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3f} < {alpha:g}{because}",
+                       **interval, **common)
+    if -margin <= low and high <= margin:
+        return Verdict(NO_CHANGE, more_trials=None, attribution=None,
+                       reason=f"the whole 95% interval lies within +-{margin_pct:g}%", **interval, **common)
+    return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, mean, margin), attribution=None,
+                   reason=_inconclusive_reason(low, high, margin, p, alpha), **interval, **common)
+
+
+def _attribution(acceptance_change: float | None, step_change: float | None) -> str | None:
+    if acceptance_change is None or step_change is None:
+        return None
+    # tok/s ~ acceptance / step time: compare the two factors on the log scale.
+    moved_acceptance = abs(math.log1p(acceptance_change / 100))
+    moved_step = abs(math.log1p(step_change / 100))
+    return "acceptance length" if moved_acceptance > moved_step else "step time"
+
+
+def _more_trials(n: int, low: float, high: float, mean: float, margin: float) -> int | None:
+    half = (high - low) / 2
+    needed_half = abs(abs(mean) - margin)
+    if needed_half < 0.1 * half:
+        return None  # the estimate sits on the margin: more trials will hardly settle it
+    return max(1, math.ceil(n * (half / needed_half) ** 2) - n)
+
+
+def _inconclusive_reason(low: float, high: float, margin: float, p: float, alpha: float) -> str:
+    if (high < -margin or low > margin) and p >= alpha:
+        return f"the interval lies beyond the margin but the rank test is not significant (p = {p:.3f})"
+    return f"the 95% interval ({_pct(low):+.1f}%, {_pct(high):+.1f}%) straddles the margin"
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A ratio of throughputs with its 95% bootstrap interval, over ``n`` paired values."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+def speedup(denominator: list[float], numerator: list[float], seed: int = 0) -> Speedup | None:
+    """``numerator / denominator`` as ``exp(mean ln(num_i / den_i))`` with a 95% bootstrap
+    interval; pairs by index (launches of the same round). ``None`` with fewer than 2 pairs.
+
+    Used for EAGLE-3's speedup over baseline on one commit (num = eagle3 tok/s, den =
+    baseline tok/s), and, given log-ratio differences, for the change of that speedup.
+    """
+    n = min(len(denominator), len(numerator))
+    if n < 2:
+        return None
+    r = pair_log_ratios(denominator[:n], numerator[:n])
+    low, high = bootstrap_ci(r, seed)
+    return Speedup(math.exp(float(r.mean())), math.exp(low), math.exp(high), n)
+
+
+def speedup_change(base_side: tuple[list[float], list[float]], head_side: tuple[list[float], list[float]],
+                   seed: int = 0) -> Speedup | None:
+    """How the speculative speedup changed from base to commit: the ratio of the two speedups.
+
+    Each side is (baseline tok/s, speculative tok/s) in round order; round ``i`` gives
+    ``ln(spec_head_i / base_head_i) - ln(spec_base_i / base_base_i)``. ``None`` with fewer than
+    2 complete rounds.
+    """
+    (b_den, b_num), (h_den, h_num) = base_side, head_side
+    n = min(len(b_den), len(b_num), len(h_den), len(h_num))
+    if n < 2:
+        return None
+    d = pair_log_ratios(h_den[:n], h_num[:n]) - pair_log_ratios(b_den[:n], b_num[:n])
+    low, high = bootstrap_ci(d, seed)
+    return Speedup(math.exp(float(d.mean())), math.exp(low), math.exp(high), n)

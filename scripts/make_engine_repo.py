@@ -1,0 +1,130 @@
+"""Build the test target for compare: a real git repository of a vLLM engine extension.
+
+The extension is a vLLM general plugin (entry point group ``vllm.general_plugins``, which
+vLLM loads in every one of its processes). Its ``src/`` folder holds the package and a
+``.dist-info`` folder declaring the entry point, so putting ``<worktree>/src`` on
+PYTHONPATH (source mode, ``source_dir = "src"``) makes vLLM load that commit's code.
+
+Branches, each one commit on top of ``main`` (the base):
+
+* ``noop``: a comment changes; nothing else.
+* ``slow-step``: every decode step (``execute_model`` and ``sample_tokens`` of the model
+  runner) is made slower by ``STEP_SLOWDOWN = 0.15``, i.e. 15% more time, in both modes.
+* ``slow-spec``: only the speculative path (``propose_draft_token_ids``) costs a fixed
+  ``SPEC_DELAY_US = 1500`` microseconds more per step; baseline never runs it.
+* ``broken-draft``: draft proposals are shifted by one token id, so (the test target always
+  emits token 0, scripts/make_test_models.py) no proposal is accepted again.
+* ``fails-to-start``: the plugin raises at load, so the engine dies during start-up.
+
+Delays are busy waits, so they cost CPU time as a slower kernel would. Usage:
+``python make_engine_repo.py PATH`` (PATH must not exist or be empty).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+PLUGIN = '''"""specperf's test engine extension (a vLLM general plugin)."""
+
+import time
+
+STEP_SLOWDOWN = {step}
+SPEC_DELAY_US = {spec}
+BREAK_DRAFT = {broken}
+FAIL_AT_START = {fail}
+{comment}
+
+def _busy_wait_ns(ns):
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def _slower(method, fraction):
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter_ns()
+        out = method(*args, **kwargs)
+        _busy_wait_ns(int((time.perf_counter_ns() - start) * fraction))
+        return out
+    return wrapper
+
+
+def _delayed(method, delay_us):
+    def wrapper(*args, **kwargs):
+        _busy_wait_ns(delay_us * 1000)
+        return method(*args, **kwargs)
+    return wrapper
+
+
+def _shifted(method):
+    def wrapper(*args, **kwargs):
+        out = method(*args, **kwargs)
+        if isinstance(out, list):
+            return [[token + 1 for token in row] for row in out]
+        return out + 1
+    return wrapper
+
+
+def install():
+    """Called by vLLM in each of its processes (vllm.general_plugins)."""
+    if FAIL_AT_START:
+        raise RuntimeError("specperf_testext: this commit breaks engine start-up")
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner as runner
+    if getattr(runner, "_specperf_testext", False):
+        return
+    runner._specperf_testext = True
+    if STEP_SLOWDOWN:
+        runner.execute_model = _slower(runner.execute_model, STEP_SLOWDOWN)
+        runner.sample_tokens = _slower(runner.sample_tokens, STEP_SLOWDOWN)
+    if SPEC_DELAY_US:
+        runner.propose_draft_token_ids = _delayed(runner.propose_draft_token_ids, SPEC_DELAY_US)
+    if BREAK_DRAFT:
+        runner.propose_draft_token_ids = _shifted(runner.propose_draft_token_ids)
+'''
+
+BASE = dict(step=0.0, spec=0, broken=False, fail=False, comment="")
+BRANCHES = {
+    "noop": ("docs: explain the extension's knobs", dict(comment="# Knobs above: each test branch turns one on.")),
+    "slow-step": ("model runner: 15% slower every decode step", dict(step=0.15)),
+    "slow-spec": ("spec decode: 1.5 ms more per draft proposal", dict(spec=1500)),
+    "broken-draft": ("spec decode: shift draft token ids (breaks acceptance)", dict(broken=True)),
+    "fails-to-start": ("plugin: raise at load", dict(fail=True)),
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "specperf", "GIT_AUTHOR_EMAIL": "specperf@localhost",
+           "GIT_COMMITTER_NAME": "specperf", "GIT_COMMITTER_EMAIL": "specperf@localhost",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+           "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo)}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def write(repo: Path, **knobs) -> None:
+    package = repo / "src/specperf_testext"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(PLUGIN.format(**{**BASE, **knobs}))
+    info = repo / "src/specperf_testext-0.1.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: specperf-testext\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nspecperf_testext = specperf_testext:install\n")
+
+
+def main() -> None:
+    repo = Path(sys.argv[1])
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q", "-b", "main")
+    write(repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base: engine extension, all knobs off")
+    for branch, (message, knobs) in BRANCHES.items():
+        git(repo, "checkout", "-q", "-b", branch, "main")
+        write(repo, **knobs)
+        git(repo, "commit", "-q", "-am", message)
+    git(repo, "checkout", "-q", "main")
+    print(f"engine repository written to {repo}")
+
+
+if __name__ == "__main__":
+    main()

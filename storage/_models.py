@@ -1,0 +1,117 @@
+"""The tables: runs, their arms and trials, env snapshots and verdicts (SQLModel).
+
+Every figure a verdict is computed from is kept per trial (``output_tok_s``,
+``acceptance_length``, ``tpot_ms_mean``, ...), so any verdict can be recomputed later
+(``specperf show RUN --recompute``). Per-request records are kept as JSON on the trial.
+Times are UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import JSON, Column, Text
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> dt.datetime:
+    """The current UTC time (timezone-aware)."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Run(SQLModel, table=True):
+    """One compare (later: bisect, watch). ``status``: running, done, failed, interrupted."""
+
+    __tablename__ = "runs"
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = "compare"
+    status: str = "running"
+    engine_name: str
+    host: str = "local"
+    workload_name: str
+    base_ref: str
+    base_sha: str
+    head_ref: str
+    head_sha: str
+    modes: list = Field(sa_column=Column(JSON, nullable=False))
+    settings: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    log_tail: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: dt.datetime = Field(default_factory=utcnow)
+    finished_at: dt.datetime | None = None
+
+
+class Arm(SQLModel, table=True):
+    """One (commit SHA, mode) pair of a run; ``role`` is ``base`` or ``head``."""
+
+    __tablename__ = "arms"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    role: str
+    sha: str
+    mode: str
+    imported: dict | None = Field(default=None, sa_column=Column(JSON))
+
+
+class Trial(SQLModel, table=True):
+    """One engine launch. The row is written at launch (with the engine's pgid) and completed
+    when the trial ends; ``status``: running, ok, failed, interrupted."""
+
+    __tablename__ = "trials"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    arm_id: int = Field(foreign_key="arms.id", index=True)
+    seq: int
+    status: str = "running"
+    pgid: int | None = None
+    argv: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    log_path: str | None = None
+    started_at: dt.datetime = Field(default_factory=utcnow)
+    ready_s: float | None = None
+    output_tok_s: float | None = None
+    request_per_s: float | None = None
+    output_tokens: int | None = None
+    window_s: float | None = None
+    tpot_ms_mean: float | None = None
+    latency_ms: dict | None = Field(default=None, sa_column=Column(JSON))
+    acceptance_length: float | None = None
+    drafts: int | None = None
+    accepted_tokens: int | None = None
+    engine_output_tok_s: float | None = None
+    engine_figures_source: str | None = None
+    requests: list | None = Field(default=None, sa_column=Column(JSON))
+    error: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class EnvSnapshot(SQLModel, table=True):
+    """What the environment probe read on a host at one moment (``phase``: before, after)."""
+
+    __tablename__ = "env_snapshots"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    trial_id: int | None = Field(default=None, foreign_key="trials.id")
+    phase: str
+    taken_at: dt.datetime = Field(default_factory=utcnow)
+    data: dict = Field(sa_column=Column(JSON, nullable=False))
+
+
+class VerdictRow(SQLModel, table=True):
+    """One mode's verdict of a run, with the numbers behind it (percent of the base arm)."""
+
+    __tablename__ = "verdicts"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    mode: str
+    verdict: str
+    n_pairs: int
+    change_pct: float | None = None
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    p_value: float | None = None
+    margin_pct: float
+    alpha: float
+    more_trials: int | None = None
+    acceptance_change_pct: float | None = None
+    step_ms_change_pct: float | None = None
+    attribution: str | None = None
+    reason: str = Field(sa_column=Column(Text, nullable=False))

@@ -1,0 +1,156 @@
+"""Runs in the database: a compare observer that writes as the run goes, and the queries
+behind ``specperf show`` and ``specperf history``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from core import Arm as CoreArm
+from core import CompareObserver, CompareRequest, CompareResult, TrialResult, Verdict
+from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
+
+
+class RunStore(CompareObserver):
+    """Records one compare run. Create it, call :meth:`create`, then pass it as the observer.
+
+    Every hook commits at once, so the database tells the truth about a run in flight (the
+    engine's pgid is stored as soon as it is launched) and after a crash.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.run_id: int | None = None
+        self._arms: dict[CoreArm, int] = {}
+        self._trials: dict[int, int] = {}  # launch seq -> trial id
+
+    def create(self, request: CompareRequest, base_sha: str, head_sha: str) -> int:
+        """Insert the run (status running) and return its id."""
+        with Session(self.engine) as session:
+            run = Run(
+                engine_name=request.engine_name, workload_name=request.workload_name,
+                base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
+                head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes),
+                settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
+                          "engine": request.engine.model_dump()},
+            )
+            session.add(run)
+            session.commit()
+            self.run_id = run.id
+        return self.run_id
+
+    def _arm_id(self, session: Session, arm: CoreArm) -> int:
+        if arm not in self._arms:
+            row = Arm(run_id=self.run_id, role=arm.role, sha=arm.sha, mode=arm.mode)
+            session.add(row)
+            session.flush()
+            self._arms[arm] = row.id
+        return self._arms[arm]
+
+    def trial_launched(self, arm, seq, process) -> None:
+        with Session(self.engine) as session:
+            row = Trial(run_id=self.run_id, arm_id=self._arm_id(session, arm), seq=seq, pgid=process.pgid,
+                        argv=process.argv, log_path=str(process.log_path))
+            session.add(row)
+            session.commit()
+            self._trials[seq] = row.id
+
+    def trial_finished(self, arm, seq, trial: TrialResult) -> None:
+        sample, figures = trial.sample, trial.engine
+        with Session(self.engine) as session:
+            row = session.get(Trial, self._trials[seq])
+            row.status = "ok"
+            row.ready_s = trial.ready_s
+            row.output_tok_s = sample.output_tok_s
+            row.request_per_s = sample.request_per_s
+            row.output_tokens = sample.output_tokens
+            row.window_s = sample.window_s
+            row.tpot_ms_mean = sample.tpot_ms.mean if sample.tpot_ms else None
+            row.latency_ms = {k: v for k, v in sample.summary().items() if k.endswith("_ms")}
+            row.acceptance_length = figures.acceptance_length
+            row.drafts = figures.drafts
+            row.accepted_tokens = figures.accepted_tokens
+            row.engine_output_tok_s = figures.output_tok_s
+            row.engine_figures_source = figures.source
+            row.requests = [
+                {"ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms, "tpot_ms": r.tpot_ms, "output_tokens": r.output_tokens}
+                for r in sample.requests
+            ]
+            session.add(row)
+            session.commit()
+
+    def trial_failed(self, arm, seq, error: str) -> None:
+        with Session(self.engine) as session:
+            if seq in self._trials:
+                row = session.get(Trial, self._trials[seq])
+            else:  # failed before launch (no build, no import)
+                row = Trial(run_id=self.run_id, arm_id=self._arm_id(session, arm), seq=seq)
+            row.status = "failed"
+            row.error = error
+            session.add(row)
+            session.commit()
+
+    def verdicts_updated(self, verdicts: dict[str, Verdict]) -> None:
+        with Session(self.engine) as session:
+            for old in session.exec(select(VerdictRow).where(VerdictRow.run_id == self.run_id)):
+                session.delete(old)
+            for mode, verdict in verdicts.items():
+                session.add(VerdictRow(run_id=self.run_id, mode=mode, **dataclasses.asdict(verdict)))
+            session.commit()
+
+    def finished(self, result: CompareResult) -> None:
+        with Session(self.engine) as session:
+            run = session.get(Run, self.run_id)
+            run.status = result.status
+            run.reason = result.reason
+            run.log_tail = result.log_tail
+            run.finished_at = utcnow()
+            for role, imported in result.imported.items():
+                for arm in session.exec(select(Arm).where(Arm.run_id == self.run_id, Arm.role == role)):
+                    arm.imported = imported
+                    session.add(arm)
+            for trial in session.exec(select(Trial).where(Trial.run_id == self.run_id, Trial.status == "running")):
+                trial.status = "interrupted" if result.status == "interrupted" else "failed"
+                session.add(trial)
+            session.add(run)
+            session.commit()
+
+    def add_snapshot(self, phase: str, data: dict, trial_seq: int | None = None) -> None:
+        """Store an environment snapshot taken ``before`` or ``after`` (optionally of one trial)."""
+        with Session(self.engine) as session:
+            session.add(EnvSnapshot(run_id=self.run_id, trial_id=self._trials.get(trial_seq), phase=phase, data=data))
+            session.commit()
+
+
+@dataclasses.dataclass
+class StoredRun:
+    """A run as read back: the row, its arms by id, its trials in launch order, its verdicts."""
+
+    run: Run
+    arms: dict[int, Arm]
+    trials: list[Trial]
+    verdicts: list[VerdictRow]
+
+
+def load_run(engine: Engine, run_id: int) -> StoredRun | None:
+    """The run ``run_id`` with everything recorded about it, or ``None``."""
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return None
+        arms = {a.id: a for a in session.exec(select(Arm).where(Arm.run_id == run_id))}
+        trials = list(session.exec(select(Trial).where(Trial.run_id == run_id).order_by(Trial.seq)))
+        verdicts = list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run_id)))
+        return StoredRun(run, arms, trials, verdicts)
+
+
+def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -> list[tuple[Run, list[VerdictRow]]]:
+    """The newest runs (optionally of one engine) with their verdicts, newest first."""
+    with Session(engine) as session:
+        query = select(Run).order_by(Run.id.desc()).limit(limit)
+        if engine_name:
+            query = query.where(Run.engine_name == engine_name)
+        runs = list(session.exec(query))
+        return [(run, list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run.id)))) for run in runs]

@@ -1,0 +1,82 @@
+"""A real git repository of a small "engine" for fast compare tests.
+
+The engine is the exact-rate server (tests/exact_rate_server.py) started by a module that
+lives in the repository, ``src/fake_engine.py``, whose constants each commit changes: the
+inter-token latency (so throughput moves by a known fraction), a per-launch noise, and
+whether it starts at all. ``--itl-scale`` in a mode's arguments stands in for speculative
+decoding making tokens cheaper.
+
+Commits (linear, on ``main``, each tagged): ``base``; ``noop`` (a comment); ``slow`` (ITL x
+1.10, about -9% tok/s); ``broken`` (exits at start with an error).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from core import EngineConfig
+
+ENGINE = '''"""A fake engine: the exact-rate server at this commit's speed."""
+import random
+import sys
+
+from tests import exact_rate_server
+
+ITL_MS = {itl}
+LAUNCH_NOISE = {noise}
+FAILS = {fails}
+{comment}
+
+if __name__ == "__main__":
+    if FAILS:
+        print("fake_engine: CUDA error: an illegal memory access was encountered", flush=True)
+        sys.exit(1)
+    args = sys.argv[1:]
+    scale = 1.0
+    if "--itl-scale" in args:
+        i = args.index("--itl-scale")
+        scale = float(args[i + 1])
+        del args[i:i + 2]
+    itl = ITL_MS * scale * (1 + random.gauss(0, LAUNCH_NOISE))
+    sys.argv = ["fake_engine", *args, "--itl-ms", str(itl), "--ttft-ms", "5"]
+    exact_rate_server.main()
+'''
+
+COMMITS = [
+    ("base", "base", dict(itl=2.0, noise=0.004, fails=False, comment="")),
+    ("noop", "docs: a comment", dict(itl=2.0, noise=0.004, fails=False, comment="# nothing changes")),
+    ("slow", "slower tokens", dict(itl=2.2, noise=0.004, fails=False, comment="")),
+    ("broken", "breaks start-up", dict(itl=2.2, noise=0.004, fails=True, comment="")),
+]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(path: Path) -> dict[str, str]:
+    """Create the repository at ``path``; returns {tag: full SHA} for base/noop/slow/broken."""
+    path.mkdir(parents=True)
+    _git(path, "init", "-q", "-b", "main")
+    shas = {}
+    for tag, message, knobs in COMMITS:
+        (path / "src").mkdir(exist_ok=True)
+        (path / "src/fake_engine.py").write_text(ENGINE.format(**knobs))
+        _git(path, "add", "-A")
+        _git(path, "commit", "-q", "-m", message)
+        _git(path, "tag", tag)
+        shas[tag] = _git(path, "rev-parse", "HEAD")
+    return shas
+
+
+def fake_engine(repo: Path, port: int, root: Path) -> EngineConfig:
+    """The engine config that launches ``src/fake_engine.py`` from each commit's worktree."""
+    return EngineConfig(
+        kind="command", repo=str(repo), source_dir="src", source_package="fake_engine", port=port,
+        python=sys.executable, command=["{python}", "-m", "fake_engine", "--port", "{port}"],
+        env={"PYTHONPATH": str(root)}, ready_timeout_s=20, stop_grace_s=3,
+        modes={"baseline": [], "eagle3": ["--itl-scale", "0.5"]},
+    )

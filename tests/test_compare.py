@@ -1,0 +1,185 @@
+"""Compare end to end on a fast fake engine from a real git repository: safety of refs,
+worktrees, ABBA launches, verdicts, storage, failures and interrupts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, select
+
+import core
+import storage
+from tests.conftest import ROOT, group_members
+from tests.fake_engine_repo import fake_engine, make_repo
+
+WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
+SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "engine-repo"
+    return path, make_repo(path)
+
+
+def request_for(repo_path: Path, port: int, head: str, base: str | None, workdir: Path,
+                modes=("baseline", "eagle3")) -> core.CompareRequest:
+    return core.CompareRequest(
+        engine_name="fake", engine=fake_engine(repo_path, port, ROOT), workload_name="w", workload=WORKLOAD,
+        head_ref=head, base_ref=base, modes=list(modes), settings=SETTINGS, workdir=workdir,
+    )
+
+
+async def run(request: core.CompareRequest, db_url: str) -> tuple[core.CompareResult, int]:
+    store = storage.RunStore(storage.open_database(db_url))
+    shas = core.resolve_refs(request)
+    run_id = store.create(request, *shas)
+    return await core.compare(request, store, shas=shas), run_id
+
+
+async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
+    path, shas = repo
+    for attempt in range(3):
+        request = request_for(path, unused_tcp_port, "base", "base", tmp_path / "work")
+        result, _ = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+        assert result.status == "done"
+        for mode, verdict in result.verdicts.items():
+            assert verdict.verdict == core.NO_CHANGE, (attempt, mode, verdict)
+
+
+async def test_slower_commit_is_a_regression_in_both_modes(repo, tmp_path, unused_tcp_port):
+    path, shas = repo
+    result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"),
+                               f"sqlite:///{tmp_path}/db.sqlite")
+    assert (result.base_sha, result.head_sha) == (shas["noop"], shas["slow"])  # base: first parent
+    for verdict in result.verdicts.values():
+        assert verdict.verdict == core.REGRESSION
+        assert -12.0 < verdict.change_pct < -6.0  # ITL x1.1 is -9.1% tok/s
+    # ABBA within each mode, the same port for every launch
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
+    roles = [stored.arms[t.arm_id].role for t in stored.trials if stored.arms[t.arm_id].mode == "baseline"]
+    assert roles[:4] == ["base", "head", "head", "base"]
+    assert all(f"--port {unused_tcp_port}" in " ".join(t.argv) for t in stored.trials)
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+
+
+async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused_tcp_port):
+    path, _ = repo
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"), url)
+    stored = storage.load_run(storage.open_database(url), run_id)
+    assert stored.run.status == "done"
+    assert {v.mode: v.verdict for v in stored.verdicts} == {m: v.verdict for m, v in result.verdicts.items()}
+    assert all(t.status == "ok" and t.output_tok_s > 0 and len(t.requests) == 8 for t in stored.trials)
+    assert {a.role: a.imported["from_worktree"] for a in stored.arms.values()} == {"base": True, "head": True}
+    env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "show", str(run_id), "--recompute", "--db", url,
+                          "--json", str(tmp_path / "r.json"), "--chart", str(tmp_path / "c.png")],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    for mode, verdict in result.verdicts.items():
+        recomputed = report["modes"][mode]["verdict"]
+        assert recomputed["verdict"] == verdict.verdict
+        assert recomputed["ci_low_pct"] == pytest.approx(verdict.ci_low_pct)
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert "speedup over baseline" in out.stdout
+
+
+async def test_commit_that_fails_to_start_is_a_failed_run(repo, tmp_path, unused_tcp_port):
+    path, _ = repo
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    result, run_id = await run(request_for(path, unused_tcp_port, "broken", None, tmp_path / "work"), url)
+    assert result.status == "failed"
+    assert "exited with status 1 before it was ready" in result.reason
+    assert "illegal memory access" in result.log_tail
+    assert result.verdicts == {}
+    stored = storage.load_run(storage.open_database(url), run_id)
+    assert stored.run.status == "failed" and "illegal memory access" in stored.run.log_tail
+    assert stored.verdicts == []
+
+
+async def test_worktrees_are_reused_and_the_checkout_untouched(repo, tmp_path, unused_tcp_port):
+    path, shas = repo
+    (path / "src/fake_engine.py").write_text("# the user's uncommitted edit\n")
+    request = request_for(path, unused_tcp_port, "slow", None, tmp_path / "work", modes=["baseline"])
+    request.settings = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0)
+    await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    tree = tmp_path / "work/worktrees" / shas["slow"]
+    marker = tree / "marker"
+    marker.write_text("still here")
+    await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    assert marker.exists()  # the same worktree was reused, not recreated
+    assert (path / "src/fake_engine.py").read_text() == "# the user's uncommitted edit\n"
+    branch = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert branch.stdout.strip() == shas["broken"]
+
+
+BAD_REFS = ["HEAD; touch {canary}", "--upload-pack=touch {canary}", "$(touch {canary})", "-x", "no-such-ref",
+            "HEAD`touch {canary}`"]
+
+
+@pytest.mark.parametrize("bad", BAD_REFS)
+@pytest.mark.parametrize("where", ["commit", "--base"])
+def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_port, bad, where):
+    path, _ = repo
+    canary = tmp_path / "canary"
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.fake]\nkind = "command"\nrepo = "{path}"\ncommand = ["/bin/false"]\nport = {unused_tcp_port}\n'
+    )
+    ref = bad.format(canary=canary)
+    args = [ref] if where == "commit" else ["base", f"--base={ref}"]
+    home = tmp_path / "home"
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "compare", "--", *args]
+                         if where == "commit" else
+                         [sys.executable, "-m", "bot.cli", "--config", str(config), "compare", *args],
+                         cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(home)}, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "git error" in out.stderr and ("is not a git ref" in out.stderr or "names no commit" in out.stderr)
+    assert not canary.exists()
+    assert not (home / "work").exists() and not (home / "specperf.db").exists()  # nothing ran, nothing stored
+
+
+def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp_port):
+    path, _ = repo
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.fake]\nkind = "command"\nrepo = "{path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
+        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {unused_tcp_port}\n'
+        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
+        '[engines.fake.modes]\nbaseline = []\n'
+        '[workloads.default]\noutput_len = 2000\nrequests = 50\nwarmup_requests = 0\n'
+    )
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "--config", str(config), "compare", "slow",
+                             "--modes", "baseline", "--db", url],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = storage.open_database(url)
+    pgid = None
+    for _ in range(200):
+        with Session(db) as session:
+            trial = session.exec(select(storage.Trial)).first()
+            if trial is not None and trial.pgid:
+                pgid = trial.pgid
+                break
+        time.sleep(0.1)
+    assert pgid, "no trial was launched"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert group_members(pgid) == []
+    with Session(db) as session:
+        run = session.exec(select(storage.Run)).one()
+        trial = session.exec(select(storage.Trial)).first()
+    assert run.status == "interrupted"
+    assert trial.status == "interrupted"
