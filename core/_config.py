@@ -1,9 +1,9 @@
 """The ``specperf.toml`` configuration: hosts, engines (with their modes) and workloads.
 
 The file is TOML (parsed with :mod:`tomllib`) validated by pydantic models that forbid unknown
-keys, so a typo is an error, not a silently ignored setting. Strings in ``python``, ``model``,
+keys, so a typo is an error, not a silently ignored setting. Strings in ``python``, ``model``, ``repo``,
 ``args``, mode arguments and ``env`` may reference environment variables as ``${NAME}``;
-``python`` and ``model`` may also start with ``~``.
+``python``, ``model`` and ``repo`` may also start with ``~``.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ class EngineConfig(_Strict):
     ready_timeout_s: float = Field(default=600.0, gt=0)
     stop_grace_s: float = Field(default=15.0, gt=0)
 
-    @field_validator("python", "model")
+    @field_validator("python", "model", "repo")
     @classmethod
-    def _expand_path(cls, value: str) -> str:
+    def _expand_path(cls, value: str | None) -> str | None:
         return os.path.expanduser(_expand(value)) if value else value
 
     @field_validator("args", "command", "build")

@@ -162,10 +162,11 @@ def decide(
 
 
 def _attribution(acceptance_change: float | None, step_change: float | None) -> str | None:
-    if acceptance_change is None or step_change is None:
+    if step_change is None:
         return None
-    # tok/s ~ acceptance / step time: compare the two factors on the log scale.
-    moved_acceptance = abs(math.log1p(acceptance_change / 100))
+    # tok/s ~ acceptance / step time: compare the two factors on the log scale. Without
+    # speculation acceptance is 1 by definition, so only the step time can move.
+    moved_acceptance = abs(math.log1p((acceptance_change or 0.0) / 100))
     moved_step = abs(math.log1p(step_change / 100))
     return "acceptance length" if moved_acceptance > moved_step else "step time"
 

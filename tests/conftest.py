@@ -73,3 +73,48 @@ def testenv() -> Path:
     if not (python.exists() and target.exists()):
         pytest.fail(f"CPU test engine missing under {TESTENV}: run scripts/setup-test-engine first")
     return TESTENV
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root; as root, run its tools as the postgres user.
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server started for this test session (initdb + pg_ctl on a free port)."""
+    import glob
+    import shutil
+    import socket
+    import tempfile
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
+    if not found[-1]:
+        pytest.fail("PostgreSQL server binaries missing: scripts/test installs them (apt-get install postgresql)")
+    bin_dir = Path(found[-1]).parent
+    # Not under pytest's tmp_path: that folder is private to root and the server runs as postgres.
+    data = Path(tempfile.mkdtemp(prefix="specperf-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run = lambda *argv: subprocess.run(_as_postgres([str(bin_dir / argv[0]), *argv[1:]]),  # noqa: E731
+                                       check=True, capture_output=True, text=True)
+    run("initdb", "-D", str(data), "-A", "trust", "-U", "specperf")
+    run("pg_ctl", "-D", str(data), "-w", "-l", str(data / "server.log"),
+        "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start")
+    try:
+        run("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "specperf", "specperf_test")
+        yield f"postgresql+psycopg://specperf@127.0.0.1:{port}/specperf_test"
+    finally:
+        run("pg_ctl", "-D", str(data), "-m", "fast", "stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """Each storage test runs on SQLite (a file) and on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/specperf.db"
+    return request.getfixturevalue("postgres_url")

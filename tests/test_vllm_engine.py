@@ -23,10 +23,10 @@ WORKLOAD = WorkloadConfig(prompt_words=16, output_len=64, concurrency=2, request
 
 
 @pytest.fixture
-def engine(testenv, monkeypatch, tmp_path):
+def engine(testenv, monkeypatch, tmp_path, unused_tcp_port):
     monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
     monkeypatch.chdir(tmp_path)  # no ./specperf.toml: the embedded default config
-    return load(None).engine("tiny-vllm")
+    return load(None).engine("tiny-vllm").model_copy(update={"port": unused_tcp_port})
 
 
 @pytest.mark.parametrize(

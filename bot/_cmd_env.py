@@ -1,0 +1,242 @@
+"""``specperf env``: probe a host with an engine's Python, print checks, GPUs, software and system;
+``specperf env --diff A.json B.json``: the fingerprint diff of two saved snapshots.
+
+Every probe is saved as JSON (``{"snapshot": ..., "checks": [...], "under_load": ...}``) under
+the data directory's ``env/`` (or ``--json PATH``); ``--diff`` reads those files, or bare
+snapshots. Exit status 0 whatever the checks say (they are findings, not errors); probe and
+file errors exit 2 like other errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import core
+from bot._common import data_dir, load, pick
+
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``env`` subcommand to ``sub``."""
+    e = sub.add_parser("env", help="probe a host (GPUs, drivers, software, system) and check it; or diff two snapshots")
+    e.add_argument("--engine", help="engine whose Python and environment to probe with (default: the only one)")
+    e.add_argument("--host", help="host to probe (default: the engine's host; only local hosts for now)")
+    e.add_argument("--under-load", action="store_true",
+                   help="the GPUs are busy now: judge P-states and PCIe links (they drop when idle)")
+    e.add_argument("--cheap", action="store_true", help="the per-trial probe: live readings only, no software scan")
+    e.add_argument("--json", help="where to write the snapshot and checks (default: the data directory)")
+    e.add_argument("--diff", nargs=2, metavar=("A", "B"),
+                   help="compare two saved snapshots (JSON files) instead of probing")
+    e.set_defaults(run=run)
+
+
+def _target(args: argparse.Namespace, config: core.Config) -> tuple[str, str, dict, str | None, str]:
+    """(label, python, env, repo, host name) to probe with."""
+    if not config.engines and not args.engine:
+        host_name = args.host or "local"
+        config_host = config.hosts.get(host_name)
+        if config_host is None:
+            raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
+                                   f"{', '.join(sorted(config.hosts))})")
+        _local_only(host_name, config_host)
+        return "specperf's own Python (no engine configured)", sys.executable, {}, None, host_name
+    name = pick(config.engines, args.engine, "engine")
+    engine = config.engine(name)
+    host_name = args.host or engine.host
+    if host_name not in config.hosts:
+        raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
+                               f"{', '.join(sorted(config.hosts))})")
+    _local_only(host_name, config.hosts[host_name])
+    return f"engine {name}", engine.python, dict(engine.env), engine.repo, host_name
+
+
+def _local_only(name: str, host: core.HostConfig) -> None:
+    if host.ssh or host.exec_prefix:
+        how = f"over SSH ({host.ssh})" if host.ssh else f"through {' '.join(host.exec_prefix)}"
+        raise core.ConfigError(f"host {name!r} is reached {how}; specperf env probes the local machine only "
+                               "until remote hosts are supported")
+
+
+def _checks_table(checks: list[core.Check], under_load: bool) -> Table:
+    table = Table(title=f"checks ({'under load' if under_load else 'idle'})", title_justify="left")
+    table.add_column("status")
+    table.add_column("check")
+    table.add_column("finding", overflow="fold")
+    for check in sorted(checks, key=lambda c: -c.status.rank):
+        table.add_row(Text(str(check.status), style=_STYLE[str(check.status)]), check.name, check.line)
+    return table
+
+
+def _v(value, unit: str = "", digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        value = f"{value:,.{digits}f}"
+    return f"{value}{unit}"
+
+
+def _gpu_table(gpu: dict) -> Table:
+    table = Table(title=f"gpu: driver {gpu.get('driver_version')}, CUDA {gpu.get('cuda_driver_version')}, "
+                        f"NVML {gpu.get('nvml_version')}", title_justify="left")
+    for column in ("GPU", "name", "P", "SM MHz", "mem MHz", "clock events", "PCIe", "temp", "power W",
+                   "memory MiB", "procs", "persist", "ECC"):
+        table.add_column(column)
+    for d in gpu.get("devices") or []:
+        if "error" in d:
+            table.add_row(str(d["index"]), Text(d["error"], style="red"))
+            continue
+        procs = d.get("processes")
+        table.add_row(
+            str(d["index"]), _v(d.get("name")), _v(d.get("pstate")),
+            f"{_v(d.get('sm_clock_mhz'))} / {_v(d.get('sm_clock_max_mhz'))}",
+            f"{_v(d.get('mem_clock_mhz'))} / {_v(d.get('mem_clock_max_mhz'))}",
+            ", ".join(d.get("clock_event_reason_names") or []) or "none",
+            f"Gen{_v(d.get('pcie_gen'))} x{_v(d.get('pcie_width'))} "
+            f"(max Gen{_v(d.get('pcie_gen_max'))} x{_v(d.get('pcie_width_max'))})",
+            f"{_v(d.get('temperature_c'))} C",
+            f"{_v(d.get('power_w'))} / {_v(d.get('power_limit_w'))}",
+            f"{_v(d.get('memory_used_mib'))} / {_v(d.get('memory_total_mib'))}",
+            "-" if procs is None else str(len(procs)),
+            _v(d.get("persistence_mode")), _v(d.get("ecc_mode")),
+        )
+    return table
+
+
+def _software_table(software: dict) -> Table:
+    table = Table(title="software", title_justify="left")
+    table.add_column("name")
+    table.add_column("version")
+    table.add_column("import path / detail", overflow="fold")
+    python = software.get("python") or {}
+    table.add_row("python", _v(python.get("version")), _v(python.get("executable")))
+    torch = software.get("torch") or {}
+    if torch:
+        detail = f"CUDA {_v(torch.get('cuda'))}, cuDNN {_v(torch.get('cudnn'))}"
+        table.add_row("torch", _v(torch.get("version")), f"{_v(torch.get('path'))} ({detail})")
+    nccl = software.get("nccl") or {}
+    if nccl:
+        table.add_row("NCCL", _v(nccl.get("version")), nccl.get("source") or nccl.get("reason") or "-")
+    for name, info in (software.get("packages") or {}).items():
+        if name == "torch":
+            continue
+        shown = name.replace("_", "-")
+        if info.get("path") is None:
+            table.add_row(shown, "-", "not installed")
+            continue
+        note = f" ({info['version_source']})" if info.get("version_source") not in (None, "metadata") else ""
+        table.add_row(shown, _v(info.get("version")) + note, info["path"])
+    return table
+
+
+def _env_table(env: dict) -> Table | None:
+    if not env:
+        return None
+    table = Table(title="environment variables", title_justify="left")
+    table.add_column("name")
+    table.add_column("value", overflow="fold")
+    for name, value in env.items():
+        table.add_row(name, value)
+    return table
+
+
+def _system_table(system: dict) -> Table:
+    table = Table(title="system", title_justify="left")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    rows = [("host", "hostname"), ("kernel", "kernel"), ("os", "os"), ("cpu", "cpu_model"),
+            ("cpus (usable)", None), ("cpu governor", "cpu_governor"),
+            ("transparent hugepages", "transparent_hugepage"),
+            ("load 1/5/15 min", None), ("memory available MiB", None)]
+    for label, key in rows:
+        if key is not None:
+            if key in system:
+                table.add_row(label, _v(system.get(key)))
+        elif label.startswith("cpus") and "cpu_count" in system:
+            table.add_row(label, f"{_v(system.get('cpu_count'))} ({_v(system.get('cpu_affinity_count'))})")
+        elif label.startswith("load"):
+            table.add_row(label, " / ".join(_v(system.get(f"loadavg_{m}m"), digits=2) for m in (1, 5, 15)))
+        elif label.startswith("memory"):
+            table.add_row(label, f"{_v(system.get('mem_available_mib'))} of {_v(system.get('mem_total_mib'))}")
+    git = system.get("git")
+    if git:
+        table.add_row("engine checkout", f"{git['repo']} @ {git.get('sha') or git.get('reason')}"
+                      + (" (dirty)" if git.get("dirty") else ""))
+    for p in system.get("top_processes") or []:
+        table.add_row("busy process", f"pid {p['pid']} ({p.get('user')}) {p['cpu_pct']}% CPU, "
+                                      f"{p['rss_mib']} MiB: {p.get('command')}")
+    return table
+
+
+def print_snapshot(console: Console, snapshot: dict, checks: list[core.Check], under_load: bool) -> None:
+    """Checks, GPUs (or why there are none), software, environment variables and system."""
+    console.print(_checks_table(checks, under_load))
+    gpu = snapshot.get("gpu") or {}
+    if gpu.get("available"):
+        console.print(_gpu_table(gpu))
+    else:
+        reason = gpu.get("reason") or gpu.get("error") or "no reason given"
+        console.print(Text("gpu: unavailable", style="bold") + Text(f" ({reason})"))
+    software = snapshot.get("software") or {}
+    if "error" in software:
+        console.print(Text(f"software: probe section failed: {software['error']}", style="red"))
+    elif "packages" in software:
+        console.print(_software_table(software))
+    env_table = _env_table(software.get("env") or {})
+    if env_table is not None:
+        console.print(env_table)
+    system = snapshot.get("system") or {}
+    if "error" in system:
+        console.print(Text(f"system: probe section failed: {system['error']}", style="red"))
+    else:
+        console.print(_system_table(system))
+
+
+def print_diff(console: Console, changes: list[core.Change], a: str, b: str) -> None:
+    """The fingerprint diff as a table, most likely throughput mover first."""
+    if not changes:
+        console.print(f"no differences between {a} and {b} in the compared fields")
+        return
+    table = Table(title=f"what changed from {a} to {b} (most likely throughput mover first)", title_justify="left")
+    for column in ("#", "category", "what", "before", "after"):
+        table.add_column(column, overflow="fold")
+    for i, change in enumerate(changes, 1):
+        table.add_row(str(i), change.category.label, change.what, Text(change.before_text), Text(change.after_text))
+    console.print(table)
+
+
+async def run(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf env``; returns the exit status (errors propagate as exceptions)."""
+    if args.diff:
+        paths = []
+        for given in args.diff:
+            if not Path(given).is_file():
+                raise core.SnapshotError(f"{given} is not a file; give two snapshot JSON files "
+                                         "(diffing stored runs by id arrives with storage)")
+            paths.append(given)
+        a, b = (core.load_snapshot(p) for p in paths)
+        print_diff(console, core.diff_snapshots(a, b), paths[0], paths[1])
+        return 0
+    config = load(args.config)
+    label, python, env, repo, host = _target(args, config)
+    with console.status(f"probing {host} with {python}"):
+        snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo)
+    checks = core.run_checks(snapshot, under_load=args.under_load)
+    console.print(f"env snapshot of host {host} with {label} ({python}): "
+                  f"{snapshot['kind']} probe, {snapshot['wall_s']:.2f} s")
+    print_snapshot(console, snapshot, checks, args.under_load)
+    out = Path(args.json) if args.json else data_dir() / "env" / (
+        f"env-{host}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"snapshot": snapshot, "checks": [c.to_dict() for c in checks],
+                               "under_load": args.under_load}, indent=2))
+    console.print(f"snapshot written to {out}")
+    return 0

