@@ -125,8 +125,8 @@ def main() -> None:
     }
     results = time_variants(args.python, args.repeat)
     print(f"machine: {json.dumps(machine)}")
-    print(f"| variant | wall median s | wall min s | in-script median s | runs |")
-    print(f"| --- | --- | --- | --- | --- |")
+    print("| variant | wall median s | wall min s | in-script median s | runs |")
+    print("| --- | --- | --- | --- | --- |")
     for name, r in results.items():
         print(f"| {name} | {statistics.median(r['wall_s']):.3f} | {min(r['wall_s']):.3f} | "
               f"{statistics.median(r['probe_s']):.3f} | {len(r['wall_s'])} |")

@@ -20,6 +20,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     InvalidSampleError
 """
 
+from core._checks import Check, CheckStatus, run_checks, worst
 from core._compare import (
     Arm,
     CompareObserver,
@@ -50,11 +51,17 @@ from core._errors import (
     InvalidSampleError,
     SpecperfError,
 )
+from core._fingerprint import (
+    Category,
+    Change,
+    SnapshotError,
+    diff_snapshots,
+    flatten_snapshot,
+    load_snapshot,
+)
+from core._git import GitError
 from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
 from core._measure import TrialResult, measure
-from core._git import GitError
-from core._report import render_chart, summarize
-from core._sglang_log import DecodeLogLine, parse_decode_line
 from core._probe import (
     ProbeError,
     parse_probe_output,
@@ -64,8 +71,8 @@ from core._probe import (
     probe_options,
     probe_script_text,
 )
-from core._checks import Check, CheckStatus, run_checks, worst
-from core._fingerprint import Category, Change, SnapshotError, diff_snapshots, flatten_snapshot, load_snapshot
+from core._report import render_chart, summarize
+from core._sglang_log import DecodeLogLine, parse_decode_line
 from core._stats import (
     IMPROVEMENT,
     INCONCLUSIVE,

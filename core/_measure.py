@@ -20,7 +20,7 @@ from core._config import EngineConfig, WorkloadConfig
 from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
 from core._loadgen import RequestRecord, Sample, run_workload
-from core._process import EngineProcess
+from core._process import EngineProcess, launched
 
 
 @dataclass
@@ -110,18 +110,14 @@ async def measure(
     _check_port_free(engine.port)
     started_at = dt.datetime.now(dt.timezone.utc)
     log_path = log_dir / f"{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
-    try:
-        process = EngineProcess(argv, engine.env, log_path, cwd=str(cwd) if cwd else None)
-    except OSError as exc:
-        raise EngineError(f"cannot start engine {engine_name!r}: {argv[0]}: {exc.strerror}") from None
-    launched = time.monotonic()
     base_url = f"http://127.0.0.1:{engine.port}"
-    try:
+    with launched(engine_name, argv, engine.env, log_path, str(cwd) if cwd else None, engine.stop_grace_s) as process:
+        launched_at = time.monotonic()
         if on_launch:
             on_launch(process)
         async with httpx.AsyncClient(base_url=base_url) as client:
             await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
-            ready_s = time.monotonic() - launched
+            ready_s = time.monotonic() - launched_at
             if on_ready:
                 on_ready(ready_s)
             window: dict = {}
@@ -146,8 +142,6 @@ async def measure(
             figures = await adapter.end_window(
                 client, window["start"], sample, process.read_log(window["log_offset"])
             )
-    finally:
-        process.stop(engine.stop_grace_s)
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
         pgid=process.pgid, log_path=str(log_path), started_at=started_at.isoformat(),

@@ -283,8 +283,8 @@ def probe_gpu(cheap, pynvml_dir):
             pass
 
 
-def _gpu_readings(nv, source, cheap):
-    unavailable = {}
+def _getter(nv, unavailable):
+    """A reader of one NVML field: its value, or None with the reason kept in ``unavailable``."""
 
     def get(key, fn, *args):
         try:
@@ -295,6 +295,12 @@ def _gpu_readings(nv, source, cheap):
             unavailable[key] = _error_text(exc)
         return None
 
+    return get
+
+
+def _gpu_readings(nv, source, cheap):
+    unavailable = {}
+    get = _getter(nv, unavailable)
     out = {"available": True, "pynvml_source": source}
     out["driver_version"] = _text(get("driver_version", nv.nvmlSystemGetDriverVersion))
     cuda = get("cuda_driver_version", getattr(nv, "nvmlSystemGetCudaDriverVersion_v2", None)
@@ -312,15 +318,7 @@ def _gpu_readings(nv, source, cheap):
 
 def _device(nv, index, cheap):
     unavailable = {}
-
-    def get(key, fn, *args):
-        try:
-            return fn(*args)
-        except nv.NVMLError as exc:
-            unavailable[key] = _nvml_error_name(exc)
-        except (AttributeError, TypeError) as exc:
-            unavailable[key] = _error_text(exc)
-        return None
+    get = _getter(nv, unavailable)
 
     try:
         h = nv.nvmlDeviceGetHandleByIndex(index)

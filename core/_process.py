@@ -13,7 +13,13 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from core._errors import EngineError
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class EngineProcess:
@@ -33,6 +39,7 @@ class EngineProcess:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 env={**os.environ, **env}, cwd=cwd, start_new_session=True,
+                preexec_fn=_unblock_stop_signals,
             )
         except OSError:
             self._log.close()
@@ -89,3 +96,36 @@ class EngineProcess:
         with open(self.log_path, "rb") as fh:
             tail = deque(fh, maxlen=lines)
         return b"".join(tail).decode(errors="replace").rstrip()
+
+
+def _unblock_stop_signals() -> None:
+    # Runs in the child between fork and exec: a signal mask survives exec, and the engine
+    # must be stoppable by SIGTERM.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@contextmanager
+def launched(name: str, argv: list[str], env: dict[str, str], log_path: Path, cwd: str | None,
+             grace_s: float) -> Iterator[EngineProcess]:
+    """Start an :class:`EngineProcess` and stop its group when the block ends, however it ends.
+
+    SIGINT and SIGTERM are held back from the moment before the engine is started until the
+    block is entered, so a Ctrl-C can never land between the launch and the code that
+    stops it (it is delivered, as KeyboardInterrupt, inside the block).
+
+    Raises:
+        EngineError: the program (``argv[0]``) could not be started.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        process = EngineProcess(argv, env, log_path, cwd)
+    except BaseException as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if isinstance(exc, OSError):
+            raise EngineError(f"cannot start engine {name!r}: {argv[0]}: {exc.strerror}") from None
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        yield process
+    finally:
+        process.stop(grace_s)

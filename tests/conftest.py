@@ -14,6 +14,9 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The installed console script, as users run it (``python -m`` can turn a handled Ctrl-C into
+# death by SIGINT at interpreter exit).
+SPECPERF = [str(Path(sys.executable).parent / "specperf")]
 TESTENV = Path(os.environ.get("SPECPERF_TESTENV", Path.home() / ".cache/specperf/testenv"))
 
 

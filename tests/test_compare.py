@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 
 import core
 import storage
-from tests.conftest import ROOT, group_members
+from tests.conftest import ROOT, SPECPERF, group_members
 from tests.fake_engine_repo import fake_engine, make_repo
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
@@ -80,7 +80,7 @@ async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused
     assert all(t.status == "ok" and t.output_tok_s > 0 and len(t.requests) == 8 for t in stored.trials)
     assert {a.role: a.imported["from_worktree"] for a in stored.arms.values()} == {"base": True, "head": True}
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "show", str(run_id), "--recompute", "--db", url,
+    out = subprocess.run([*SPECPERF, "show", str(run_id), "--recompute", "--db", url,
                           "--json", str(tmp_path / "r.json"), "--chart", str(tmp_path / "c.png")],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -138,9 +138,9 @@ def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_p
     ref = bad.format(canary=canary)
     args = [ref] if where == "commit" else ["base", f"--base={ref}"]
     home = tmp_path / "home"
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "compare", "--", *args]
+    out = subprocess.run([*SPECPERF, "--config", str(config), "compare", "--", *args]
                          if where == "commit" else
-                         [sys.executable, "-m", "bot.cli", "--config", str(config), "compare", *args],
+                         [*SPECPERF, "--config", str(config), "compare", *args],
                          cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(home)}, capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert "git error" in out.stderr and ("is not a git ref" in out.stderr or "names no commit" in out.stderr)
@@ -159,7 +159,7 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
         '[workloads.default]\noutput_len = 2000\nrequests = 50\nwarmup_requests = 0\n'
     )
     url = f"sqlite:///{tmp_path}/db.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "--config", str(config), "compare", "slow",
+    proc = subprocess.Popen([*SPECPERF, "--config", str(config), "compare", "slow",
                              "--modes", "baseline", "--db", url],
                             cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from bot._common import load
 from core import ConfigError, load_config, parse_config
+from tests.conftest import SPECPERF
 
 GOOD = """
 [engines.e]
@@ -92,7 +92,7 @@ def test_cli_exits_2_on_a_wrong_key(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[workloads.w]\noutput_length = 5\n')
     result = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "--config", str(path), "measure"],
+        [*SPECPERF, "--config", str(path), "measure"],
         capture_output=True, text=True,
     )
     assert result.returncode == 2

@@ -7,22 +7,21 @@ import copy
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import core
+from tests.conftest import SPECPERF
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECPERF = Path(sys.executable).parent / "specperf"
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 
 
 def specperf(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPECPERF_CONFIG"}
     env.update(SPECPERF_HOME=str(home), COLUMNS="250")
-    return subprocess.run([str(SPECPERF), *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    return subprocess.run([*SPECPERF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
 def ask(python: Path, code: str) -> str:

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 import core
-from core import Category, SnapshotError, diff_snapshots, flatten_snapshot, load_snapshot
+from core import (
+    Category,
+    SnapshotError,
+    diff_snapshots,
+    flatten_snapshot,
+    load_snapshot,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 

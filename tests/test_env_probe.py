@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import core
-from core import ProbeError, CheckStatus, probe, probe_cheap, run_checks
+from core import CheckStatus, ProbeError, probe, probe_cheap, run_checks
 from core._probe_script import decode_version_code, reason_names
 
 

@@ -13,9 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from core import ConfigError, EngineConfig, EngineError, EngineExitedError, EngineNotReadyError
-from core import InvalidSampleError, WorkloadConfig, measure
-from tests.conftest import ROOT, group_members
+from core import (
+    ConfigError,
+    EngineConfig,
+    EngineError,
+    EngineExitedError,
+    EngineNotReadyError,
+    InvalidSampleError,
+    WorkloadConfig,
+    measure,
+)
+from tests.conftest import ROOT, SPECPERF, group_members
 
 WORKLOAD = WorkloadConfig(output_len=64, concurrency=2, requests=8, warmup_requests=1)
 
@@ -112,7 +120,7 @@ def _write_config(path: Path, command: list[str], port: int, ready_timeout_s: in
 
 def _cli(config: Path, tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
-    return subprocess.Popen([sys.executable, "-m", "bot.cli", "--config", str(config), "measure", *args],
+    return subprocess.Popen([*SPECPERF, "--config", str(config), "measure", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 

@@ -7,7 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from core import INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, REGRESSION, ArmTrial, decide, speedup, speedup_change
+from core import (
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_CHANGE,
+    REGRESSION,
+    ArmTrial,
+    decide,
+    speedup,
+    speedup_change,
+)
 
 
 def arms(effect: float, noise: float, n: int = 4, seed: int = 1, acceptance=(None, None), tpot_ms=2.0):
