@@ -130,7 +130,8 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
             console.print(result.log_tail, markup=False, highlight=False)
         return 3
     trials = core.figures(result)
-    _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings), trials, title)
+    environment = {"arms_differ": result.arm_env_diff, "drift": result.drift}
+    _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings, environment), trials, title)
     return 0
 
 
@@ -142,6 +143,21 @@ def _stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.
         arm = stored.arms[trial.arm_id]
         trials[arm.mode][arm.role].append(core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean))
     return trials
+
+
+def _stored_environment(stored: storage.StoredRun) -> dict:
+    by_phase: dict[str, dict] = {}
+    per_trial: dict[int, dict[str, dict]] = {}
+    for snap in stored.snapshots:
+        if snap.trial_id is None:
+            by_phase[snap.phase] = snap.data
+        else:
+            per_trial.setdefault(snap.trial_id, {})[snap.phase] = snap.data
+    arms = (by_phase.get("arm-base"), by_phase.get("arm-head"))
+    seq = {t.id: t.seq for t in stored.trials}
+    drift = {seq[tid]: lines for tid, snaps in per_trial.items()
+             if (lines := core.drift_lines(snaps.get("before"), snaps.get("after")))}
+    return {"arms_differ": [c.line for c in core.diff_snapshots(*arms)] if all(arms) else [], "drift": drift}
 
 
 async def run_show(args: argparse.Namespace, console: Console) -> int:
@@ -162,7 +178,7 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     else:
         fields = [f.name for f in core.Verdict.__dataclass_fields__.values()]
         verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
-    _emit(console, args, run.id, core.summarize(trials, verdicts, settings), trials,
+    _emit(console, args, run.id, core.summarize(trials, verdicts, settings, _stored_environment(stored)), trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")
     return 0
 

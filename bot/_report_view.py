@@ -40,6 +40,12 @@ def print_report(console: Console, report: dict, title: str) -> None:
         if v:
             more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
             console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}{more}", highlight=False)
+    environment = report.get("environment") or {}
+    if environment.get("arms_differ"):
+        console.print("  environment differs between the arms: " + "; ".join(environment["arms_differ"][:6]),
+                      highlight=False)
+    for seq, lines in (environment.get("drift") or {}).items():
+        console.print(f"  launch {seq} saw the environment drift (kept): " + "; ".join(lines), highlight=False)
     for mode, sides in report["speedups"].items():
         parts = []
         for role, label in (("base", "base"), ("head", "commit")):

@@ -9,7 +9,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     measure, TrialResult
     parse_decode_line, DecodeLogLine
     compare, resolve_refs, CompareRequest, CompareResult, CompareObserver, Arm, CompareConfig,
-    StorageConfig, verdict_for, arm_trial, figures, summarize, render_chart
+    StorageConfig, verdict_for, arm_trial, figures, drift_lines, summarize, render_chart
     decide, Verdict, ArmTrial, speedup, speedup_change, Speedup, REGRESSION, IMPROVEMENT,
     NO_CHANGE, INCONCLUSIVE
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
@@ -28,6 +28,7 @@ from core._compare import (
     CompareResult,
     arm_trial,
     compare,
+    drift_lines,
     figures,
     resolve_refs,
     verdict_for,
@@ -96,7 +97,7 @@ __all__ = [
     "TrialResult", "measure",
     "DecodeLogLine", "parse_decode_line",
     "Arm", "CompareObserver", "CompareRequest", "CompareResult", "arm_trial", "compare", "resolve_refs",
-    "verdict_for", "figures", "CompareConfig", "StorageConfig", "summarize", "render_chart",
+    "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
     "GitError", "BuildError",

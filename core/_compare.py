@@ -8,6 +8,15 @@ it has ``min_trials`` launches per arm and a verdict other than INCONCLUSIVE, or
 
 A launch that fails (no build, no start, never ready, died, truncated output) ends the run
 as FAILED with the reason and the engine's log tail: no verdict is made from a partial run.
+
+The environment is probed (core._probe) with each commit's engine interpreter and settings:
+in full once per arm before the first launch (a difference between the arms is reported:
+in build mode it names the package whose version differs), and cheaply before and after
+every launch. A launch whose before and after snapshots differ in anything that moves
+throughput (driver, NCCL, torch, engine libraries, clocks and links, GPU processes) is marked
+as drifted; the rule is to keep it in the statistics and name it in the report, so a reader
+can judge (excluding launches after the fact would bias the verdict toward whichever arm
+happened to drift less). A probe that fails is reported, never fatal.
 Ctrl-C (cancellation) stops the engine's process group and ends the run as interrupted.
 """
 
@@ -21,7 +30,9 @@ from pathlib import Path
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._errors import EngineError, SpecperfError
+from core._fingerprint import Category, diff_snapshots
 from core._measure import TrialResult, measure
+from core._probe import ProbeError, probe_async
 from core._process import EngineProcess
 from core._stats import INCONCLUSIVE, ArmTrial, Verdict, decide
 from core._worktree_engine import build_commit, check_import, engine_for_commit
@@ -63,6 +74,8 @@ class CompareResult:
     trials: dict[str, dict[str, list[TrialResult]]] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     imported: dict[str, dict | None] = field(default_factory=dict)
+    arm_env_diff: list[str] = field(default_factory=list)
+    drift: dict[int, list[str]] = field(default_factory=dict)
     reason: str | None = None
     log_tail: str | None = None
 
@@ -76,6 +89,7 @@ class CompareObserver:
     def trial_finished(self, arm: Arm, seq: int, trial: TrialResult) -> None: ...
     def trial_failed(self, arm: Arm, seq: int, error: str) -> None: ...
     def verdicts_updated(self, verdicts: dict[str, Verdict]) -> None: ...
+    def snapshot(self, phase: str, data: dict, seq: int | None) -> None: ...
     def finished(self, result: CompareResult) -> None: ...
 
 
@@ -156,6 +170,9 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
         arm_engine = engine_for_commit(engine, tree, prefix)
         result.imported[role] = await asyncio.to_thread(check_import, arm_engine, tree)
         engines[role] = (arm_engine, tree)
+    full = {role: await _snapshot(obs, f"arm-{role}", None, *engines[role], cheap=False) for role in engines}
+    if all(full.values()):
+        result.arm_env_diff = [c.line for c in diff_snapshots(full["base"], full["head"])]
 
     deadline = time.monotonic() + settings.time_budget_s
     undecided = list(request.modes)
@@ -165,7 +182,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
             for role in ABBA:
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
-                trial = await _one_trial(request, obs, arm, seq, *engines[role])
+                trial = await _one_trial(request, obs, arm, seq, *engines[role], result)
                 result.trials[mode][role].append(trial)
                 if settings.cooldown_s:
                     await asyncio.sleep(settings.cooldown_s)
@@ -183,9 +200,32 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
             break
 
 
+_DRIFT = {Category.DRIVER, Category.NCCL, Category.TORCH, Category.ENGINE, Category.CLOCKS_LINKS}
+
+
+async def _snapshot(obs: CompareObserver, phase: str, seq: int | None, engine: EngineConfig, tree: Path,
+                    cheap: bool = True) -> dict | None:
+    try:
+        data = await probe_async(engine.python, cheap=cheap, env=engine.env, cwd=str(tree),
+                                 repo=None if cheap else str(tree))
+    except ProbeError as exc:
+        obs.progress(f"environment probe ({phase}) failed: {exc}")
+        return None
+    obs.snapshot(phase, data, seq)
+    return data
+
+
+def drift_lines(before: dict | None, after: dict | None) -> list[str]:
+    """What changed between a launch's before and after snapshots that can move throughput."""
+    if not (before and after):
+        return []
+    return [c.line for c in diff_snapshots(before, after) if c.category in _DRIFT]
+
+
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
-                     engine: EngineConfig, tree: Path) -> TrialResult:
+                     engine: EngineConfig, tree: Path, result: CompareResult) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
+    before = await _snapshot(obs, "before", seq, engine, tree)
     try:
         trial = await measure(
             request.engine_name, engine, arm.mode, request.workload_name, request.workload,
@@ -196,4 +236,8 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
         obs.trial_failed(arm, seq, str(exc))
         raise
     obs.trial_finished(arm, seq, trial)
+    drift = drift_lines(before, await _snapshot(obs, "after", seq, engine, tree))
+    if drift:
+        result.drift[seq] = drift
+        obs.progress(f"trial {seq}: environment drifted: {'; '.join(drift)}")
     return trial

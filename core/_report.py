@@ -27,14 +27,15 @@ def _speedup_dict(s: Speedup | None) -> dict | None:
 
 
 def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, Verdict],
-              settings: CompareConfig) -> dict:
+              settings: CompareConfig, environment: dict | None = None) -> dict:
     """The report: per mode, medians of each arm, the verdict and its evidence; per
     speculative mode, its speedup over ``baseline`` on each side and the change of that speedup.
 
     Returns a JSON-ready dict::
 
         {"modes": {mode: {"base": {...medians}, "head": {...}, "verdict": {...}}},
-         "speedups": {mode: {"base": Speedup, "head": Speedup, "change": Speedup}}}
+         "speedups": {mode: {"base": Speedup, "head": Speedup, "change": Speedup}},
+         "environment": {"arms_differ": [line, ...], "drift": {launch seq: [line, ...]}}}
     """
     modes = {}
     for mode, arms in trials.items():
@@ -63,7 +64,8 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "head": _speedup_dict(speedup(*tok["head"])),
                 "change": _speedup_dict(speedup_change(tok["base"], tok["head"])),
             }
-    return {"settings": settings.model_dump(), "modes": modes, "speedups": speedups}
+    return {"settings": settings.model_dump(), "modes": modes, "speedups": speedups,
+            "environment": environment or {"arms_differ": [], "drift": {}}}
 
 
 def render_chart(trials: dict[str, dict[str, list[ArmTrial]]], path: Path, title: str) -> Path:

@@ -25,6 +25,7 @@ class RunStore(CompareObserver):
         self.run_id: int | None = None
         self._arms: dict[CoreArm, int] = {}
         self._trials: dict[int, int] = {}  # launch seq -> trial id
+        self._unlinked: dict[int, list[int]] = {}  # launch seq -> snapshots taken before its row existed
 
     def create(self, request: CompareRequest, base_sha: str, head_sha: str) -> int:
         """Insert the run (status running) and return its id."""
@@ -54,6 +55,9 @@ class RunStore(CompareObserver):
             row = Trial(run_id=self.run_id, arm_id=self._arm_id(session, arm), seq=seq, pgid=process.pgid,
                         argv=process.argv, log_path=str(process.log_path))
             session.add(row)
+            session.flush()
+            for snapshot_id in self._unlinked.pop(seq, []):
+                session.get(EnvSnapshot, snapshot_id).trial_id = row.id
             session.commit()
             self._trials[seq] = row.id
 
@@ -117,11 +121,15 @@ class RunStore(CompareObserver):
             session.add(run)
             session.commit()
 
-    def add_snapshot(self, phase: str, data: dict, trial_seq: int | None = None) -> None:
-        """Store an environment snapshot taken ``before`` or ``after`` (optionally of one trial)."""
+    def snapshot(self, phase: str, data: dict, seq: int | None) -> None:
+        """Store an environment snapshot: ``arm-base``/``arm-head`` (full, per arm) or
+        ``before``/``after`` a launch (cheap; linked to that trial once it exists)."""
         with Session(self.engine) as session:
-            session.add(EnvSnapshot(run_id=self.run_id, trial_id=self._trials.get(trial_seq), phase=phase, data=data))
+            row = EnvSnapshot(run_id=self.run_id, trial_id=self._trials.get(seq), phase=phase, data=data)
+            session.add(row)
             session.commit()
+            if seq is not None and row.trial_id is None:
+                self._unlinked.setdefault(seq, []).append(row.id)
 
 
 @dataclasses.dataclass
@@ -132,6 +140,7 @@ class StoredRun:
     arms: dict[int, Arm]
     trials: list[Trial]
     verdicts: list[VerdictRow]
+    snapshots: list[EnvSnapshot]
 
 
 def load_run(engine: Engine, run_id: int) -> StoredRun | None:
@@ -143,7 +152,8 @@ def load_run(engine: Engine, run_id: int) -> StoredRun | None:
         arms = {a.id: a for a in session.exec(select(Arm).where(Arm.run_id == run_id))}
         trials = list(session.exec(select(Trial).where(Trial.run_id == run_id).order_by(Trial.seq)))
         verdicts = list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run_id)))
-        return StoredRun(run, arms, trials, verdicts)
+        snapshots = list(session.exec(select(EnvSnapshot).where(EnvSnapshot.run_id == run_id).order_by(EnvSnapshot.id)))
+        return StoredRun(run, arms, trials, verdicts, snapshots)
 
 
 def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -> list[tuple[Run, list[VerdictRow]]]:

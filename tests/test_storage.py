@@ -33,7 +33,6 @@ async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_
     store = storage.RunStore(db)
     shas = core.resolve_refs(request)
     run_id = store.create(request, *shas)
-    store.add_snapshot("before", {"gpu": "unavailable"})
     result = await core.compare(request, store, shas=shas)
     stored = storage.load_run(db, run_id)
     assert stored.run.status == "done" and stored.run.finished_at is not None
@@ -44,6 +43,10 @@ async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_
     assert verdict.verdict == result.verdicts["baseline"].verdict
     assert verdict.ci_low_pct == pytest.approx(result.verdicts["baseline"].ci_low_pct)
     assert stored.run.settings["workload"]["output_len"] == 64
+    phases = [snap.phase for snap in stored.snapshots]
+    assert phases[:2] == ["arm-base", "arm-head"] and phases.count("before") == phases.count("after") == 8
+    assert all(snap.data["kind"] == "cheap" for snap in stored.snapshots[2:])
+    assert all(snap.trial_id is not None for snap in stored.snapshots[2:])
     runs = storage.list_runs(db, "fake")
     assert runs[0][0].id == run_id
 
