@@ -2,7 +2,7 @@
 ``specperf env --diff A.json B.json``: the fingerprint diff of two saved snapshots.
 
 Every probe is saved as JSON (``{"snapshot": ..., "checks": [...], "under_load": ...}``) under
-the data directory's ``env/`` (or ``--json PATH``); ``--diff`` reads those files, or bare
+the data directory's ``env/`` (or ``--json PATH``); ``--diff`` reads those files or stored runs by id, or bare
 snapshots. Exit status 0 whatever the checks say (they are findings, not errors); probe and
 file errors exit 2 like other errors.
 """
@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 import core
+import storage
 from bot._common import data_dir, load, pick
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
@@ -213,17 +214,29 @@ def print_diff(console: Console, changes: list[core.Change], a: str, b: str) -> 
     console.print(table)
 
 
+def _snapshot_of(given: str, args: argparse.Namespace) -> dict:
+    """A snapshot from a JSON file, or from a stored run (its id): the commit arm's full probe."""
+    if Path(given).is_file():
+        return core.load_snapshot(given)
+    if not given.isdigit():
+        raise core.SnapshotError(f"{given} is neither a snapshot file nor a run id (`specperf history` lists runs)")
+    config = load(args.config)
+    stored = storage.load_run(storage.open_database(config.storage.url or storage.default_url(data_dir())),
+                              int(given))
+    if stored is None:
+        raise core.SnapshotError(f"no run {given} in the database; `specperf history` lists the runs")
+    for phase in ("arm-head", "arm-base"):
+        for snap in stored.snapshots:
+            if snap.phase == phase:
+                return snap.data
+    raise core.SnapshotError(f"run {given} has no environment snapshot (its probe failed or it never started)")
+
+
 async def run(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf env``; returns the exit status (errors propagate as exceptions)."""
     if args.diff:
-        paths = []
-        for given in args.diff:
-            if not Path(given).is_file():
-                raise core.SnapshotError(f"{given} is not a file; give two snapshot JSON files "
-                                         "(diffing stored runs by id arrives with storage)")
-            paths.append(given)
-        a, b = (core.load_snapshot(p) for p in paths)
-        print_diff(console, core.diff_snapshots(a, b), paths[0], paths[1])
+        a, b = (_snapshot_of(given, args) for given in args.diff)
+        print_diff(console, core.diff_snapshots(a, b), args.diff[0], args.diff[1])
         return 0
     config = load(args.config)
     label, python, env, repo, host = _target(args, config)

@@ -10,8 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session
 
 import core
+import storage
 from tests.conftest import SPECPERF
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,9 +87,31 @@ def test_env_diff_of_the_real_idle_and_load_readings(tmp_path):
                     ["4", "clocks_links", "GPU0 compute_processes", "0", "1"]]
 
 
+def test_env_diff_of_two_stored_runs(tmp_path):
+    a = json.loads((FIXTURES / "h200_idle.json").read_text())
+    b = copy.deepcopy(a)
+    b["software"]["packages"]["flashinfer"] = {"version": "0.5.3", "path": "/venv/flashinfer/__init__.py"}
+    a["software"]["packages"]["flashinfer"] = {"version": "0.5.2", "path": "/venv/flashinfer/__init__.py"}
+    db = storage.open_database(storage.default_url(tmp_path))
+    with Session(db) as session:
+        for data in (a, b):
+            run = storage.Run(engine_name="e", workload_name="w", base_ref="x", base_sha="0" * 40,
+                              head_ref="y", head_sha="1" * 40, modes=["baseline"])
+            session.add(run)
+            session.flush()
+            session.add(storage.EnvSnapshot(run_id=run.id, phase="arm-head", data=data))
+        session.commit()
+    result = specperf("env", "--diff", "1", "2", cwd=tmp_path, home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
+            for line in result.stdout.splitlines() if line.startswith("│ ")]
+    assert rows[0] == ["1", "engine", "flashinfer", "0.5.2", "0.5.3"]
+
+
 @pytest.mark.parametrize("args, message", [
-    (("env", "--diff", "run-17", "b.json"), "error: run-17 is not a file; give two snapshot JSON files"),
-    (("env", "--diff", "a.json", "nothere.json"), "error: nothere.json is not a file"),
+    (("env", "--diff", "run-17", "b.json"), "error: run-17 is neither a snapshot file nor a run id"),
+    (("env", "--diff", "nothere.json", "a.json"), "error: nothere.json is neither a snapshot file nor a run id"),
+    (("env", "--diff", "17", "18"), "error: no run 17 in the database"),
     (("env", "--engine", "nope"), "config error: no engine named 'nope'"),
     (("env", "--host", "elsewhere"), "config error: no host named 'elsewhere'"),
 ])
