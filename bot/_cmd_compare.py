@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
     c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
     c.add_argument("--engine", help="engine name from the config (default: the only one)")
-    c.add_argument("--workload", help="workload name from the config (default: 'default')")
+    c.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
     c.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
     c.add_argument("--min-trials", type=int, help="launches per arm and mode before a verdict")
     c.add_argument("--max-trials", type=int, help="launches per arm and mode at most")

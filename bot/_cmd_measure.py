@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser("measure", help="launch an engine, run a workload, print and save the figures")
     m.add_argument("--engine", help="engine name from the config (default: the only one)")
     m.add_argument("--mode", default="baseline", help="mode name from the engine's modes (default: baseline)")
-    m.add_argument("--workload", help="workload name from the config (default: 'default')")
+    m.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
     m.add_argument("--json", help="where to write the JSON result (default: the data directory)")
     m.set_defaults(run=run)
 

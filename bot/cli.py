@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specperf`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    console = Console()
+    console = Console(soft_wrap=True)  # paths and messages stay whole when piped
     errors = Console(stderr=True, soft_wrap=True)  # one error, one unbroken line
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops engines like Ctrl-C
     try:
