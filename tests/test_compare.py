@@ -183,3 +183,29 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
         trial = session.exec(select(storage.Trial)).first()
     assert run.status == "interrupted"
     assert trial.status == "interrupted"
+
+
+async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo, tmp_path, unused_tcp_port):
+    path, shas = repo
+    engine = fake_engine(path, unused_tcp_port, ROOT).model_copy(update={
+        "source_dir": None,
+        # "build" the engine by installing its source into the per-commit prefix
+        "build": ["bash", "-c", "mkdir -p {prefix}/lib && cp -r {worktree}/src/. {prefix}/lib/ && echo built >> {prefix}/../count"],
+        "env": {"PYTHONPATH": f"{{prefix}}/lib:{ROOT}"},
+    })
+    request = request_for(path, unused_tcp_port, "slow", None, tmp_path / "work", modes=["baseline"])
+    request.engine = engine
+    request.settings = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0)
+    result, _ = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    assert result.status == "done", result.reason
+    assert result.imported["head"]["path"] == str(tmp_path / "work/builds" / shas["slow"] / "lib/fake_engine.py")
+    await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    assert (tmp_path / "work/builds/count").read_text().count("built") == 2  # two commits, built once each
+
+    broken = engine.model_copy(update={"build": ["bash", "-c", "echo 'error: missing header cuda.h'; exit 7"]})
+    request.engine = broken
+    request.workdir = tmp_path / "work2"
+    result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    assert result.status == "failed"
+    assert "the build of" in result.reason and "failed with status 7" in result.reason
+    assert "missing header cuda.h" in result.log_tail
