@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 import core
 import storage
@@ -80,18 +82,19 @@ class _ConsoleStore(storage.RunStore):
         self.console = console
 
     def progress(self, message: str) -> None:
-        self.console.print(f"[dim]{message}[/dim]", highlight=False)
+        self.console.print(Text(message, style="dim"))
 
     def trial_finished(self, arm, seq, trial) -> None:
         super().trial_finished(arm, seq, trial)
         acceptance = trial.engine.acceptance_length
         extra = f", acceptance length {acceptance:.2f}" if acceptance is not None else ""
         self.console.print(f"  trial {seq}: {arm.mode} {arm.role}: {trial.sample.output_tok_s:,.1f} tok/s{extra}",
-                           highlight=False)
+                           markup=False, highlight=False)
 
     def verdicts_updated(self, verdicts) -> None:
         super().verdicts_updated(verdicts)
-        self.console.print("  so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()), highlight=False)
+        self.console.print("  so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()),
+                           markup=False, highlight=False)
 
 
 def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
@@ -99,10 +102,10 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
     print_report(console, report, title)
     chart = Path(args.chart) if args.chart else data_dir() / "charts" / f"run-{run_id}.png"
     core.render_chart(trials, chart, title)
-    console.print(f"chart: {chart}")
+    console.print(f"chart: {chart}", markup=False)
     if args.json:
         Path(args.json).write_text(json.dumps({"run_id": run_id, **report}, indent=2))
-        console.print(f"report: {args.json}")
+        console.print(f"report: {args.json}", markup=False)
 
 
 async def run_compare(args: argparse.Namespace, console: Console) -> int:
@@ -120,12 +123,12 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     store = _ConsoleStore(_database(args, config), console)
     run_id = store.create(request, base_sha, head_sha)
     console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
-                  f"modes {', '.join(request.modes)}", highlight=False)
+                  f"modes {', '.join(request.modes)}", markup=False, highlight=False)
     pin_client(config, console)
     result = await core.compare(request, store, shas=(base_sha, head_sha))
     title = f"run {run_id}: {name} {head_sha[:12]} vs {base_sha[:12]}"
     if result.status == "failed":
-        console.print(f"[bold red]FAILED[/]: {result.reason}", highlight=False)
+        console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
         if result.log_tail:
             console.print(result.log_tail, markup=False, highlight=False)
         return 3
@@ -168,9 +171,9 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
         raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
     run = stored.run
     console.print(f"run {run.id} ({run.status}): {run.engine_name} {run.head_ref} ({run.head_sha[:12]}) against "
-                  f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", highlight=False)
+                  f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
     if run.reason:
-        console.print(f"reason: {run.reason}", highlight=False)
+        console.print(f"reason: {run.reason}", markup=False, highlight=False)
     settings = core.CompareConfig.model_validate(run.settings["compare"])
     trials = _stored_figures(stored)
     if args.recompute:
@@ -190,8 +193,8 @@ async def run_history(args: argparse.Namespace, console: Console) -> int:
     for column in ("run", "when (UTC)", "engine", "commit", "base", "status", "verdicts"):
         table.add_column(column)
     for run, verdicts in storage.list_runs(_database(args, config), args.engine, args.limit):
-        table.add_row(str(run.id), f"{run.created_at:%Y-%m-%d %H:%M}", run.engine_name,
-                      f"{run.head_ref} {run.head_sha[:10]}", run.base_sha[:10], run.status,
+        table.add_row(str(run.id), f"{run.created_at:%Y-%m-%d %H:%M}", escape(run.engine_name),
+                      escape(f"{run.head_ref} {run.head_sha[:10]}"), run.base_sha[:10], run.status,
                       ", ".join(f"{v.mode}: {v.verdict} {v.change_pct:+.1f}%" if v.change_pct is not None
                                 else f"{v.mode}: {v.verdict}" for v in verdicts))
     console.print(table)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from bot._common import fmt
 
@@ -28,9 +30,9 @@ def print_report(console: Console, report: dict, title: str) -> None:
             change = _pct(v["change_pct"]) if v else "-"
         verdict = v["verdict"] if v else "-"
         table.add_row(
-            mode, fmt(base["output_tok_s"]), fmt(head["output_tok_s"]), change,
+            escape(mode), fmt(base["output_tok_s"]), fmt(head["output_tok_s"]), change,
             "-" if not v or v["p_value"] is None else f"{v['p_value']:.3f}",
-            f"[{_STYLE.get(verdict, '')}]{verdict}[/]",
+            Text(verdict, style=_STYLE.get(verdict, "")),
             f"{fmt(base['acceptance_length'], 2)} -> {fmt(head['acceptance_length'], 2)}",
             f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}",
         )
@@ -39,13 +41,13 @@ def print_report(console: Console, report: dict, title: str) -> None:
         v = entry.get("verdict")
         if v:
             more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
-            console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}{more}", highlight=False)
+            console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}{more}", markup=False, highlight=False)
     environment = report.get("environment") or {}
     if environment.get("arms_differ"):
         console.print("  environment differs between the arms: " + "; ".join(environment["arms_differ"][:6]),
-                      highlight=False)
+                      markup=False, highlight=False)
     for seq, lines in (environment.get("drift") or {}).items():
-        console.print(f"  launch {seq} saw the environment drift (kept): " + "; ".join(lines), highlight=False)
+        console.print(f"  launch {seq} saw the environment drift (kept): " + "; ".join(lines), markup=False, highlight=False)
     for mode, sides in report["speedups"].items():
         parts = []
         for role, label in (("base", "base"), ("head", "commit")):
@@ -57,4 +59,4 @@ def print_report(console: Console, report: dict, title: str) -> None:
             moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
             parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
         if parts:
-            console.print(f"  {mode} speedup over baseline: " + "; ".join(parts), highlight=False)
+            console.print(f"  {mode} speedup over baseline: " + "; ".join(parts), markup=False, highlight=False)

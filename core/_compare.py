@@ -148,10 +148,12 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
         result.status = "done"
     except SpecperfError as exc:
         result.status = "failed"
+        result.verdicts = {}  # no verdict from a partial run
         result.reason = str(exc).split("\n--- engine log tail ---\n")[0]
         result.log_tail = exc.log_tail if isinstance(exc, EngineError) else None
     except (asyncio.CancelledError, KeyboardInterrupt):
         result.status = "interrupted"
+        result.verdicts = {}
         result.reason = "interrupted by the user"
         obs.finished(result)
         raise

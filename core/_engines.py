@@ -54,6 +54,7 @@ class EngineAdapter:
 
     kind = ""
     health_path = "/health"
+    reads_log = False  # whether end_window needs the log written during the window
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -192,6 +193,7 @@ class SglangAdapter(EngineAdapter):
 
     kind = "sglang"
     health_path = "/health_generate"
+    reads_log = True
 
     def _server_argv(self) -> list[str]:
         return [

@@ -20,7 +20,7 @@ from core._config import EngineConfig, WorkloadConfig
 from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
 from core._loadgen import RequestRecord, Sample, run_workload
-from core._process import EngineProcess, launched
+from core._process import EngineProcess, launched, listening_pids
 
 
 @dataclass
@@ -117,6 +117,11 @@ async def measure(
             on_launch(process)
         async with httpx.AsyncClient(base_url=base_url) as client:
             await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
+            if process.holds_port(engine.port) is False:
+                raise EngineError(
+                    f"port {engine.port} is answered by pid {', '.join(map(str, sorted(listening_pids(engine.port))))}, "
+                    f"not by the engine specperf started (process group {process.pgid}): another server took the "
+                    "port; stop it or choose another port", process.log_tail())
             ready_s = time.monotonic() - launched_at
             if on_ready:
                 on_ready(ready_s)
@@ -139,9 +144,8 @@ async def measure(
                         process.log_tail(),
                     )
             sample.raise_if_invalid()
-            figures = await adapter.end_window(
-                client, window["start"], sample, process.read_log(window["log_offset"])
-            )
+            log_text = process.read_log(window["log_offset"]) if adapter.reads_log else ""
+            figures = await adapter.end_window(client, window["start"], sample, log_text)
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
         pgid=process.pgid, log_path=str(log_path), started_at=started_at.isoformat(),

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +39,6 @@ class EngineProcess:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 env={**os.environ, **env}, cwd=cwd, start_new_session=True,
-                preexec_fn=_unblock_stop_signals,
             )
         except OSError:
             self._log.close()
@@ -67,41 +66,119 @@ class EngineProcess:
         """SIGTERM the group, wait up to ``grace_s`` seconds, then SIGKILL what is left.
 
         Returns once no process of the group remains (or 5 s after SIGKILL). Idempotent.
+        A Ctrl-C or SIGTERM that arrives meanwhile cannot cut the stop short: it ends the
+        grace period at once (straight to SIGKILL) and is delivered when the group is gone.
         """
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            if not self.group_alive():
-                break
-            try:
-                os.killpg(self.pgid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline and self.group_alive():
-                time.sleep(0.1)
-        self._log.close()
+        with _DeferredSignals() as deferred:
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+                if not self.group_alive():
+                    break
+                try:
+                    os.killpg(self.pgid, sig)
+                except ProcessLookupError:
+                    break
+                deadline = time.monotonic() + wait_s
+                while time.monotonic() < deadline and self.group_alive():
+                    if deferred.received and sig == signal.SIGTERM:
+                        break  # the user insists: no more grace
+                    time.sleep(0.1)
+            self._log.close()
 
     def log_size(self) -> int:
         """Bytes written to the log so far (an offset for :meth:`read_log`)."""
         self._log.flush()
         return self.log_path.stat().st_size
 
-    def read_log(self, offset: int = 0) -> str:
-        """The log text from byte ``offset`` on."""
+    def read_log(self, offset: int = 0, limit_bytes: int = 16 << 20) -> str:
+        """The log text from byte ``offset`` on, at most its last ``limit_bytes`` (a verbose
+        engine can write gigabytes)."""
         with open(self.log_path, "rb") as fh:
-            fh.seek(offset)
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(offset, size - limit_bytes))
             return fh.read().decode(errors="replace")
 
     def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the log."""
-        with open(self.log_path, "rb") as fh:
-            tail = deque(fh, maxlen=lines)
-        return b"".join(tail).decode(errors="replace").rstrip()
+        """The last ``lines`` lines of the log (read from the end, whatever the log's size)."""
+        text = self.read_log(0, limit_bytes=256 << 10)
+        return "\n".join(text.splitlines()[-lines:]).rstrip()
+
+    def holds_port(self, port: int) -> bool | None:
+        """Whether a process of this group listens on TCP ``port`` (Linux ``/proc``);
+        ``None`` when the listener cannot be identified (no ``/proc``, no permission)."""
+        holders = listening_pids(port)
+        if not holders:
+            return None
+        for pid in holders:
+            try:
+                if os.getpgid(pid) == self.pgid:
+                    return True
+            except ProcessLookupError:
+                continue
+        return False
 
 
-def _unblock_stop_signals() -> None:
-    # Runs in the child between fork and exec: a signal mask survives exec, and the engine
-    # must be stoppable by SIGTERM.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+def listening_pids(port: int) -> set[int]:
+    """Pids holding a listening TCP socket on ``port`` (IPv4 or IPv6), read from ``/proc``."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh)
+                for line in fh:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                        inodes.add(fields[9])
+        except OSError:
+            continue
+    pids = set()
+    if not inodes:
+        return pids
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                if os.readlink(fd.path) in targets:
+                    pids.add(int(entry.name))
+                    break
+        except OSError:
+            continue
+    return pids
+
+
+class _DeferredSignals:
+    """While active (main thread only), SIGINT and SIGTERM are recorded instead of handled;
+    on exit the previous handlers are restored and each recorded signal is handed to them
+    (for Ctrl-C that raises KeyboardInterrupt or cancels the asyncio main task). Python runs
+    signal handlers in the main thread whatever thread the OS picked, so this holds in a
+    process with other threads too, where a signal mask would not."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _DeferredSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, lambda num, _frame: self.received.append(num))
+                              for sig in _STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Restore the handlers and deliver what was recorded (idempotent)."""
+        previous, self._previous = self._previous, {}
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        received, self.received = self.received, []
+        for sig in received:
+            handler = previous.get(sig)
+            if callable(handler):
+                handler(sig, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(sig)
 
 
 @contextmanager
@@ -109,23 +186,24 @@ def launched(name: str, argv: list[str], env: dict[str, str], log_path: Path, cw
              grace_s: float) -> Iterator[EngineProcess]:
     """Start an :class:`EngineProcess` and stop its group when the block ends, however it ends.
 
-    SIGINT and SIGTERM are held back from the moment before the engine is started until the
-    block is entered, so a Ctrl-C can never land between the launch and the code that
-    stops it (it is delivered, as KeyboardInterrupt, inside the block).
+    SIGINT and SIGTERM are deferred from just before the engine is started until the block
+    is entered, so a Ctrl-C can never land between the launch and the code that stops it
+    (it is delivered inside the block).
 
     Raises:
         EngineError: the program (``argv[0]``) could not be started.
     """
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    deferred = _DeferredSignals().__enter__()
     try:
         process = EngineProcess(argv, env, log_path, cwd)
-    except BaseException as exc:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        if isinstance(exc, OSError):
-            raise EngineError(f"cannot start engine {name!r}: {argv[0]}: {exc.strerror}") from None
+    except OSError as exc:
+        deferred.release()
+        raise EngineError(f"cannot start engine {name!r}: {argv[0]}: {exc.strerror}") from None
+    except BaseException:
+        deferred.release()
         raise
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        deferred.release()
         yield process
     finally:
         process.stop(grace_s)

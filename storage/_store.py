@@ -115,6 +115,9 @@ class RunStore(CompareObserver):
                 for arm in session.exec(select(Arm).where(Arm.run_id == self.run_id, Arm.role == role)):
                     arm.imported = imported
                     session.add(arm)
+            if result.status != "done":  # a run that could not finish has no verdict
+                for verdict in session.exec(select(VerdictRow).where(VerdictRow.run_id == self.run_id)):
+                    session.delete(verdict)
             for trial in session.exec(select(Trial).where(Trial.run_id == self.run_id, Trial.status == "running")):
                 trial.status = "interrupted" if result.status == "interrupted" else "failed"
                 session.add(trial)

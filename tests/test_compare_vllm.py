@@ -27,7 +27,7 @@ def plan(testenv, monkeypatch, tmp_path, unused_tcp_port):
         return core.CompareRequest(
             engine_name="tiny-vllm", engine=engine, workload_name="default", workload=config.workload("default"),
             head_ref=head, base_ref=None, modes=modes,
-            settings=core.CompareConfig(min_trials=4, max_trials=6, cooldown_s=1), workdir=tmp_path / "work",
+            settings=core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=1), workdir=tmp_path / "work",
         )
 
     return make

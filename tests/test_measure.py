@@ -152,3 +152,32 @@ def test_interrupting_the_cli_stops_the_engine(tmp_path, unused_tcp_port, sig):
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     assert_group_gone(pgid)
+
+
+async def test_a_server_that_is_not_ours_is_never_measured(tmp_path, exact_server, unused_tcp_port):
+    pidfile = tmp_path / "pid"
+    # the engine never binds its port; a foreign server takes it right after the launch
+    engine = EngineConfig(kind="command", port=unused_tcp_port, ready_timeout_s=20, stop_grace_s=2,
+                          command=["bash", "-c", f"echo $$ > {pidfile}; exec sleep 600"])
+    foreign = []
+    with pytest.raises(EngineError, match=f"port {unused_tcp_port} is answered by pid .*not by the engine"):
+        await measure("x", engine, "baseline", "w", WORKLOAD, tmp_path,
+                      on_launch=lambda process: foreign.append(exact_server("--port", str(unused_tcp_port))))
+    assert foreign[0].proc.poll() is None  # the foreign server is left alone
+    assert_group_gone(read_pid(pidfile))
+
+
+def test_a_second_interrupt_cannot_cut_the_stop_short(tmp_path, unused_tcp_port):
+    pidfile = tmp_path / "pid"
+    config = tmp_path / "specperf.toml"
+    # an engine that ignores SIGTERM: only the SIGKILL after the grace period stops it
+    _write_config(config, ["bash", "-c", f"trap '' TERM; echo $$ > {pidfile}; sleep 600 & wait"], unused_tcp_port, 300)
+    config.write_text(config.read_text().replace("stop_grace_s = 3", "stop_grace_s = 4"))
+    proc = _cli(config, tmp_path)
+    pgid = read_pid(pidfile)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert_group_gone(pgid)
