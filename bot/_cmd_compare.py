@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(run=run_compare)
 
     s = sub.add_parser("show", help="show a stored run")
-    s.add_argument("run_id", type=int, metavar="RUN")
+    s.add_argument("run_id", type=_run_id, metavar="RUN")
     s.add_argument("--recompute", action="store_true", help="recompute the verdicts from the stored trials")
     _output_args(s)
     s.set_defaults(run=run_show)
@@ -43,6 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--limit", type=int, default=20)
     h.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     h.set_defaults(run=run_history)
+
+
+def _run_id(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a run id (a positive number; `specperf history` lists them)")
+    return int(text)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Fail before any work if a requested output file cannot be written."""
+    for option in ("json", "chart"):
+        path = getattr(args, option)
+        if path and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
+            raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
 
 
 def _output_args(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +124,7 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
 
 async def run_compare(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run."""
+    _check_outputs(args)
     config = load(args.config)
     name = pick(config.engines, args.engine, "engine")
     workload_name = pick(config.workloads, args.workload, "workload", default="default")
@@ -120,7 +135,11 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         settings=_settings(args, config), workdir=data_dir() / "work",
     )
     base_sha, head_sha = core.resolve_refs(request)  # bad refs stop here, before anything runs
-    store = _ConsoleStore(_database(args, config), console)
+    if base_sha == head_sha:
+        console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
+    db = _database(args, config)
+    _reconcile(db, console)
+    store = _ConsoleStore(db, console)
     run_id = store.create(request, base_sha, head_sha)
     console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
                   f"modes {', '.join(request.modes)}", markup=False, highlight=False)
@@ -136,6 +155,18 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     environment = {"arms_differ": result.arm_env_diff, "drift": result.drift}
     _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings, environment), trials, title)
     return 0
+
+
+def _reconcile(db, console: Console) -> None:
+    """Close runs left 'running' by a specperf that was killed, stopping their recorded engines."""
+    for run, trials in storage.abandoned_runs(db):
+        stopped = [t.pgid for t in trials if t.pgid and t.log_path and core.stop_recorded_group(t.pgid, t.log_path)]
+        owner = run.settings["owner"]["pid"]
+        reason = f"specperf (pid {owner}) ended without finishing this run"
+        if stopped:
+            reason += f"; its engine process group {', '.join(map(str, stopped))} was still running and was stopped"
+        storage.mark_abandoned(db, run.id, reason)
+        console.print(f"run {run.id}: {reason}", markup=False, highlight=False)
 
 
 def _stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.ArmTrial]]]:
@@ -165,6 +196,7 @@ def _stored_environment(stored: storage.StoredRun) -> dict:
 
 async def run_show(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
+    _check_outputs(args)
     config = load(args.config)
     stored = storage.load_run(_database(args, config), args.run_id)
     if stored is None:

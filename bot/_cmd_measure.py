@@ -55,6 +55,8 @@ def print_trial(console: Console, trial: core.TrialResult) -> None:
 
 async def run(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf measure``; returns the exit status (errors propagate as exceptions)."""
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
+        raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
     config = load(args.config)
     engine_name = pick(config.engines, args.engine, "engine")
     workload_name = pick(config.workloads, args.workload, "workload", default="default")

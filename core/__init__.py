@@ -15,7 +15,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
-    GitError, BuildError,
+    GitError, BuildError, stop_recorded_group
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError
 """
@@ -72,6 +72,7 @@ from core._probe import (
     probe_options,
     probe_script_text,
 )
+from core._process import stop_recorded_group
 from core._report import render_chart, summarize
 from core._sglang_log import DecodeLogLine, parse_decode_line
 from core._stats import (
@@ -100,7 +101,7 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
-    "GitError", "BuildError",
+    "GitError", "BuildError", "stop_recorded_group",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",
     "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",

@@ -246,4 +246,6 @@ def load_config(path: str | Path) -> Config:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path} is not UTF-8 text (TOML files are UTF-8)") from None
     return parse_config(text, str(path))

@@ -231,6 +231,8 @@ def load_snapshot(path: str | Path) -> dict:
         text = path.read_text()
     except OSError as exc:
         raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path} is not a snapshot (not UTF-8 text)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -10,7 +10,9 @@ are reused across runs, and never touch the user's checkout.
 
 from __future__ import annotations
 
+import fcntl
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -73,19 +75,27 @@ def subject(repo: str | Path, sha: str) -> str:
 def worktree(repo: str | Path, sha: str, workdir: Path) -> Path:
     """A checkout of ``sha`` at ``workdir/worktrees/<sha>``, created on first use, reused after.
 
-    Stale worktree records (folders deleted by hand) are pruned first. The worktree is
-    detached at ``sha``; a reused one is checked to still be at ``sha``.
+    A reused worktree must be at ``sha`` with no change to tracked files (a checkout killed
+    half-way is recreated). Creation holds a lock in ``workdir/worktrees`` so two runs
+    sharing a work directory do not race.
 
     Raises:
         GitError: git could not create the worktree.
     """
     path = workdir / "worktrees" / sha
-    _git(repo, "worktree", "prune")
-    if path.exists():
-        head = _git(path, "rev-parse", "HEAD", check=False).stdout.strip()
-        if head == sha:
-            return path
-        _git(repo, "worktree", "remove", "--force", str(path), check=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    with open(path.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            head = _git(path, "rev-parse", "HEAD", check=False).stdout.strip()
+            dirty = _git(path, "status", "--porcelain", "--untracked-files=no", check=False)
+            if head == sha and dirty.returncode == 0 and not dirty.stdout.strip():
+                return path
+            _git(repo, "worktree", "remove", "--force", str(path), check=False)
+            shutil.rmtree(path, ignore_errors=True)
+        _git(repo, "worktree", "prune")
+        result = _git(repo, "worktree", "add", "--detach", "--force", str(path), sha, check=False)
+        if result.returncode != 0:
+            errors = [line for line in result.stderr.splitlines() if line.startswith(("fatal", "error"))]
+            raise GitError(f"git worktree add of {sha[:12]} failed: {' '.join(errors) or result.stderr[-300:]}")
     return path

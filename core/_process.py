@@ -54,13 +54,7 @@ class EngineProcess:
     def group_alive(self) -> bool:
         """Whether any process of the group still exists (the leader's zombie is reaped first)."""
         self._proc.poll()
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return _group_exists(self.pgid)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the group, wait up to ``grace_s`` seconds, then SIGKILL what is left.
@@ -70,18 +64,7 @@ class EngineProcess:
         grace period at once (straight to SIGKILL) and is delivered when the group is gone.
         """
         with _DeferredSignals() as deferred:
-            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-                if not self.group_alive():
-                    break
-                try:
-                    os.killpg(self.pgid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and self.group_alive():
-                    if deferred.received and sig == signal.SIGTERM:
-                        break  # the user insists: no more grace
-                    time.sleep(0.1)
+            _stop_group(self.pgid, grace_s, self.group_alive, deferred)
             self._log.close()
 
     def log_size(self) -> int:
@@ -145,6 +128,45 @@ def listening_pids(port: int) -> set[int]:
         except OSError:
             continue
     return pids
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_group(pgid: int, grace_s: float, alive, deferred: _DeferredSignals | None = None) -> None:
+    """SIGTERM the group, wait ``grace_s``, SIGKILL, wait 5 s; a deferred Ctrl-C ends the grace."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if not alive():
+            return
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and alive():
+            if deferred is not None and deferred.received and sig == signal.SIGTERM:
+                break  # the user insists: no more grace
+            time.sleep(0.1)
+
+
+def stop_recorded_group(pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
+    """Stop the engine group ``pgid`` that an earlier specperf recorded, if it is still that
+    engine: its leader's standard output must still be the recorded log file (a recycled pgid
+    of somebody else's process is never signalled). Returns whether a group was stopped."""
+    try:
+        if os.readlink(f"/proc/{pgid}/fd/1") != str(Path(log_path).resolve()):
+            return False
+    except OSError:
+        return False
+    _stop_group(pgid, grace_s, lambda: _group_exists(pgid))
+    return True
 
 
 class _DeferredSignals:

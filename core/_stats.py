@@ -157,7 +157,7 @@ def decide(
     if -margin <= low and high <= margin:
         return Verdict(NO_CHANGE, more_trials=None, attribution=None,
                        reason=f"the whole 95% interval lies within +-{margin_pct:g}%", **interval, **common)
-    return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, mean, margin), attribution=None,
+    return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, mean, margin, min_pairs), attribution=None,
                    reason=_inconclusive_reason(low, high, margin, p, alpha), **interval, **common)
 
 
@@ -171,12 +171,15 @@ def _attribution(acceptance_change: float | None, step_change: float | None) -> 
     return "acceptance length" if moved_acceptance > moved_step else "step time"
 
 
-def _more_trials(n: int, low: float, high: float, mean: float, margin: float) -> int | None:
+def _more_trials(n: int, low: float, high: float, mean: float, margin: float, min_pairs: int) -> int | None:
+    """Further launches per arm: enough to shrink the interval as needed, at least enough for
+    the rank test to reach p < 0.05 (4 per arm), in whole ABBA rounds (2 per arm)."""
     half = (high - low) / 2
     needed_half = abs(abs(mean) - margin)
     if needed_half < 0.1 * half:
         return None  # the estimate sits on the margin: more trials will hardly settle it
-    return max(1, math.ceil(n * (half / needed_half) ** 2) - n)
+    more = max(2, math.ceil(n * (half / needed_half) ** 2) - n, max(min_pairs, 4) - n)
+    return more + more % 2
 
 
 def _inconclusive_reason(low: float, high: float, margin: float, p: float, alpha: float) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, event
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlmodel import create_engine
 
 from core import SpecperfError
@@ -38,9 +39,11 @@ def open_database(url: str) -> Engine:
     """An engine for ``url`` with the schema migrated to the newest revision.
 
     Raises:
-        StorageError: the URL is malformed, the server unreachable, or migration failed;
-            the message names the URL without its password.
+        StorageError: the URL is malformed, the server unreachable, the folder of a SQLite
+            file cannot be made, or migration failed; the message shows the URL and the
+            driver's words with any password removed.
     """
+    safe, secrets = _redacted(url)
     try:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -51,10 +54,41 @@ def open_database(url: str) -> Engine:
             config = _alembic_config()
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
-    except (SQLAlchemyError, ImportError, ValueError) as exc:
-        safe = url.split("@")[-1] if "@" in url else url
-        raise StorageError(f"cannot open database {safe}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+    except (SQLAlchemyError, ImportError, ValueError, OSError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        for secret in secrets:
+            detail = detail.replace(secret, "***")
+        raise StorageError(f"cannot open database {safe}: {exc.__class__.__name__}: {detail}") from None
     return engine
+
+
+def _redacted(url: str) -> tuple[str, list[str]]:
+    """``url`` as safe to show, and the secrets to scrub from error messages.
+
+    The password is read from the raw text (everything between ``user:`` and the last ``@``
+    of the authority) so an unencoded ``@`` inside it cannot split it into a fake host, and
+    from ``password=`` style query parameters.
+    """
+    scheme, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0]
+    secrets = []
+    if sep and "@" in authority:
+        userinfo, host = authority.rsplit("@", 1)
+        user, colon, password = userinfo.partition(":")
+        if password:
+            secrets.append(password)
+            url = f"{scheme}://{user}:***@{host}{rest[len(authority):]}"
+    try:
+        query = make_url(url).query
+    except ArgumentError:
+        return "(a malformed database URL)", secrets
+    in_query = [v for k, v in query.items() if "pass" in k.lower() and isinstance(v, str) and v]
+    for secret in in_query:
+        url = url.replace(f"={secret}", "=***")
+    secrets += in_query
+    # a driver may quote a piece of a password that held "@" as if it were a host name
+    secrets += [piece for secret in list(secrets) for piece in secret.split("@") if len(piece) >= 3]
+    return url, secrets
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -4,6 +4,8 @@ behind ``specperf show`` and ``specperf history``."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 
 from sqlalchemy import Engine
 from sqlmodel import Session, select
@@ -35,7 +37,8 @@ class RunStore(CompareObserver):
                 base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
                 head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes),
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
-                          "engine": request.engine.model_dump()},
+                          "engine": request.engine.model_dump(),
+                          "owner": {"pid": os.getpid(), "host": socket.gethostname()}},
             )
             session.add(run)
             session.commit()
@@ -167,3 +170,39 @@ def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -
             query = query.where(Run.engine_name == engine_name)
         runs = list(session.exec(query))
         return [(run, list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run.id)))) for run in runs]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def abandoned_runs(engine: Engine) -> list[tuple[Run, list[Trial]]]:
+    """Runs still marked running whose specperf process (on this host) is gone, each with
+    its trials still marked running: what a killed or crashed specperf left behind."""
+    host = socket.gethostname()
+    with Session(engine) as session:
+        found = []
+        for run in session.exec(select(Run).where(Run.status == "running")):
+            owner = (run.settings or {}).get("owner") or {}
+            if owner.get("host") == host and owner.get("pid") and not _alive(owner["pid"]):
+                trials = list(session.exec(select(Trial).where(Trial.run_id == run.id, Trial.status == "running")))
+                found.append((run, trials))
+        return found
+
+
+def mark_abandoned(engine: Engine, run_id: int, reason: str) -> None:
+    """Close an abandoned run and its running trials as interrupted, with ``reason``."""
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        run.status, run.reason, run.finished_at = "interrupted", reason, utcnow()
+        for trial in session.exec(select(Trial).where(Trial.run_id == run_id, Trial.status == "running")):
+            trial.status = "interrupted"
+            session.add(trial)
+        session.add(run)
+        session.commit()

@@ -209,3 +209,42 @@ async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo
     assert result.status == "failed"
     assert "the build of" in result.reason and "failed with status 7" in result.reason
     assert "missing header cuda.h" in result.log_tail
+
+
+def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unused_tcp_port):
+    path, _ = repo
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.fake]\nkind = "command"\nrepo = "{path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
+        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {unused_tcp_port}\n'
+        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
+        '[engines.fake.modes]\nbaseline = []\n'
+        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        '[workloads.default]\noutput_len = 2000\nrequests = 50\nwarmup_requests = 0\n'
+    )
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
+    cli = [*SPECPERF, "--config", str(config), "compare", "slow", "--db", url]
+    proc = subprocess.Popen(cli, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = storage.open_database(url)
+    pgid = None
+    for _ in range(200):
+        with Session(db) as session:
+            trial = session.exec(select(storage.Trial)).first()
+            pgid = trial.pgid if trial else None
+        if pgid:
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.kill()  # no cleanup can run: the engine is orphaned and the run says "running"
+    proc.wait()
+    assert group_members(pgid) != []
+    # the next compare (it will find the port busy only if the orphan survives)
+    config.write_text(config.read_text().replace("output_len = 2000\nrequests = 50", "output_len = 64\nrequests = 4"))
+    out = subprocess.run(cli, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "was still running and was stopped" in out.stdout
+    assert group_members(pgid) == []
+    with Session(db) as session:
+        first = session.get(storage.Run, 1)
+    assert first.status == "interrupted" and "ended without finishing" in first.reason

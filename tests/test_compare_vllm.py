@@ -13,7 +13,8 @@ import storage
 from bot._common import load
 from tests.conftest import group_members
 
-pytestmark = pytest.mark.engine
+# A two-mode compare is 16 to 32 launches of about 35 s each.
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def plan(testenv, monkeypatch, tmp_path, unused_tcp_port):
         return core.CompareRequest(
             engine_name="tiny-vllm", engine=engine, workload_name="default", workload=config.workload("default"),
             head_ref=head, base_ref=None, modes=modes,
-            settings=core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=1), workdir=tmp_path / "work",
+            settings=config.compare.model_copy(update={"cooldown_s": 1}), workdir=tmp_path / "work",
         )
 
     return make

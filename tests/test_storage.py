@@ -51,9 +51,17 @@ async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_
     assert runs[0][0].id == run_id
 
 
-def test_unreachable_database_is_one_clear_error():
-    with pytest.raises(storage.StorageError, match=r"cannot open database 127\.0\.0\.1:9/nope: OperationalError"):
-        storage.open_database("postgresql+psycopg://user:secret@127.0.0.1:9/nope")
-    with pytest.raises(storage.StorageError) as caught:
-        storage.open_database("postgresql+psycopg://user:secret@127.0.0.1:9/nope")
-    assert "secret" not in str(caught.value)
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://user:s3cr3t@127.0.0.1:9/nope",
+    "postgresql+psycopg://127.0.0.1:9/nope?password=s3cr3t",
+    "postgresql+psycopg://user:p@s3cr3t@127.0.0.1:9/nope",
+])
+def test_unreachable_database_is_one_clear_error_without_the_password(url):
+    with pytest.raises(storage.StorageError, match=r"cannot open database postgresql\+psycopg://.*: OperationalError") as caught:
+        storage.open_database(url)
+    assert "s3cr3t" not in str(caught.value)
+
+
+def test_sqlite_in_a_folder_that_cannot_exist():
+    with pytest.raises(storage.StorageError, match="cannot open database sqlite:////proc/nope/x.db"):
+        storage.open_database("sqlite:////proc/nope/x.db")
