@@ -67,11 +67,6 @@ def first_parent(repo: str | Path, sha: str) -> str:
     return result.stdout.strip()
 
 
-def subject(repo: str | Path, sha: str) -> str:
-    """The one-line subject of commit ``sha``."""
-    return _git(repo, "log", "-1", "--format=%s", sha).stdout.strip()
-
-
 def worktree(repo: str | Path, sha: str, workdir: Path) -> Path:
     """A checkout of ``sha`` at ``workdir/worktrees/<sha>``, created on first use, reused after.
 

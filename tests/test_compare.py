@@ -37,6 +37,20 @@ def request_for(repo_path: Path, port: int, head: str, base: str | None, workdir
     )
 
 
+def long_running_config(tmp_path: Path, repo_path: Path, port: int) -> Path:
+    """A config whose fake engine streams long enough (50 x 2000 tokens) to be caught mid-run."""
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.fake]\nkind = "command"\nrepo = "{repo_path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
+        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {port}\n'
+        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
+        '[engines.fake.modes]\nbaseline = []\n'
+        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        '[workloads.default]\noutput_len = 2000\nrequests = 50\nwarmup_requests = 0\n'
+    )
+    return config
+
+
 async def run(request: core.CompareRequest, db_url: str) -> tuple[core.CompareResult, int]:
     store = storage.RunStore(storage.open_database(db_url))
     shas = core.resolve_refs(request)
@@ -150,14 +164,7 @@ def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_p
 
 def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp_port):
     path, _ = repo
-    config = tmp_path / "specperf.toml"
-    config.write_text(
-        f'[engines.fake]\nkind = "command"\nrepo = "{path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
-        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {unused_tcp_port}\n'
-        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
-        '[engines.fake.modes]\nbaseline = []\n'
-        '[workloads.default]\noutput_len = 2000\nrequests = 50\nwarmup_requests = 0\n'
-    )
+    config = long_running_config(tmp_path, path, unused_tcp_port)
     url = f"sqlite:///{tmp_path}/db.sqlite"
     proc = subprocess.Popen([*SPECPERF, "--config", str(config), "compare", "slow",
                              "--modes", "baseline", "--db", url],
@@ -213,15 +220,7 @@ async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo
 
 def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unused_tcp_port):
     path, _ = repo
-    config = tmp_path / "specperf.toml"
-    config.write_text(
-        f'[engines.fake]\nkind = "command"\nrepo = "{path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
-        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {unused_tcp_port}\n'
-        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
-        '[engines.fake.modes]\nbaseline = []\n'
-        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
-        '[workloads.default]\noutput_len = 2000\nrequests = 50\nwarmup_requests = 0\n'
-    )
+    config = long_running_config(tmp_path, path, unused_tcp_port)
     url = f"sqlite:///{tmp_path}/db.sqlite"
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
     cli = [*SPECPERF, "--config", str(config), "compare", "slow", "--db", url]
