@@ -8,6 +8,7 @@ Exit status: 0 success, 2 usage or config error, 3 engine error, 4 invalid measu
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -41,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specperf`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    console = Console(soft_wrap=True)  # paths and messages stay whole when piped
+    # Piped output gets a report-wide page instead of rich's 80 columns (COLUMNS still rules).
+    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
+    console = Console(soft_wrap=True, width=width)  # paths and messages stay whole when piped
     errors = Console(stderr=True, soft_wrap=True)  # one error, one unbroken line
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops engines like Ctrl-C
     try:
