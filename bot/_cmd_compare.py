@@ -14,7 +14,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, load, pick, pin_client
+from bot._common import data_dir, database, load, pick, pin_client
 from bot._report_view import print_report
 
 
@@ -63,10 +63,6 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     parser.add_argument("--json", help="also write the report as JSON here")
     parser.add_argument("--chart", help="where to write the PNG chart (default: the data directory)")
-
-
-def _database(args: argparse.Namespace, config: core.Config):
-    return storage.open_database(args.db or config.storage.url or storage.default_url(data_dir()))
 
 
 def _modes(args: argparse.Namespace, config: core.Config, engine: core.EngineConfig, name: str) -> list[str]:
@@ -137,7 +133,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     base_sha, head_sha = core.resolve_refs(request)  # bad refs stop here, before anything runs
     if base_sha == head_sha:
         console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
-    db = _database(args, config)
+    db = database(config, args.db)
     _reconcile(db, console)
     store = _ConsoleStore(db, console)
     run_id = store.create(request, base_sha, head_sha)
@@ -198,7 +194,7 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
     _check_outputs(args)
     config = load(args.config)
-    stored = storage.load_run(_database(args, config), args.run_id)
+    stored = storage.load_run(database(config, args.db), args.run_id)
     if stored is None:
         raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
     run = stored.run
@@ -224,7 +220,7 @@ async def run_history(args: argparse.Namespace, console: Console) -> int:
     table = Table(title="runs")
     for column in ("run", "when (UTC)", "engine", "commit", "base", "status", "verdicts"):
         table.add_column(column)
-    for run, verdicts in storage.list_runs(_database(args, config), args.engine, args.limit):
+    for run, verdicts in storage.list_runs(database(config, args.db), args.engine, args.limit):
         table.add_row(str(run.id), f"{run.created_at:%Y-%m-%d %H:%M}", escape(run.engine_name),
                       escape(f"{run.head_ref} {run.head_sha[:10]}"), run.base_sha[:10], run.status,
                       ", ".join(f"{v.mode}: {v.verdict} {v.change_pct:+.1f}%" if v.change_pct is not None

@@ -21,7 +21,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, load, pick
+from bot._common import data_dir, database, load, pick
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
@@ -221,8 +221,7 @@ def _snapshot_of(given: str, args: argparse.Namespace) -> dict:
     if not given.isdigit():
         raise core.SnapshotError(f"{given} is neither a snapshot file nor a run id (`specperf history` lists runs)")
     config = load(args.config)
-    stored = storage.load_run(storage.open_database(config.storage.url or storage.default_url(data_dir())),
-                              int(given))
+    stored = storage.load_run(database(config), int(given))
     if stored is None:
         raise core.SnapshotError(f"no run {given} in the database; `specperf history` lists the runs")
     for phase in ("arm-head", "arm-base"):

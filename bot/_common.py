@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 import core
+import storage
 
 
 def data_dir() -> Path:
@@ -64,3 +65,13 @@ def pin_client(config: core.Config, console) -> None:
             os.sched_setaffinity(0, config.client_cpus)
         except OSError as exc:
             console.print(f"[yellow]warning: cannot pin the client to CPUs {config.client_cpus}: {exc}")
+
+
+def database(config: core.Config, url: str | None = None):
+    """The run database: ``url`` (``--db``), else ``[storage].url``, else SQLite in the data
+    directory; migrated on open.
+
+    Raises:
+        storage.StorageError: it cannot be opened.
+    """
+    return storage.open_database(url or config.storage.url or storage.default_url(data_dir()))
