@@ -14,7 +14,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, load, pick, pin_client
+from bot._common import data_dir, database, load, open_host, owner, pick, pin_client
 from bot._report_view import print_report
 
 
@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--min-trials", type=int, help="launches per arm and mode before a verdict")
     c.add_argument("--max-trials", type=int, help="launches per arm and mode at most")
     c.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
+    c.add_argument("--host", help="host to run on (default: the engine's host from the config)")
+    c.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
+    c.add_argument("--force-clean", action="store_true",
+                   help="stop foreign processes holding the host's GPUs instead of refusing to run")
     _output_args(c)
     c.set_defaults(run=run_compare)
 
@@ -125,22 +129,28 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     name = pick(config.engines, args.engine, "engine")
     workload_name = pick(config.workloads, args.workload, "workload", default="default")
     engine = config.engine(name)
-    request = core.CompareRequest(
-        engine_name=name, engine=engine, workload_name=workload_name, workload=config.workload(workload_name),
-        head_ref=args.commit, base_ref=args.base, modes=_modes(args, config, engine, name),
-        settings=_settings(args, config), workdir=data_dir() / "work",
-    )
-    base_sha, head_sha = core.resolve_refs(request)  # bad refs stop here, before anything runs
-    if base_sha == head_sha:
-        console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
-    db = database(config, args.db)
-    _reconcile(db, console)
-    store = _ConsoleStore(db, console)
-    run_id = store.create(request, base_sha, head_sha)
-    console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
-                  f"modes {', '.join(request.modes)}", markup=False, highlight=False)
-    pin_client(config, console)
-    result = await core.compare(request, store, shas=(base_sha, head_sha))
+    host_name = args.host or engine.host
+    async with open_host(config, host_name) as host:
+        request = core.CompareRequest(
+            engine_name=name, engine=engine, workload_name=workload_name, workload=config.workload(workload_name),
+            head_ref=args.commit, base_ref=args.base, modes=_modes(args, config, engine, name),
+            settings=_settings(args, config), host=host, force_clean=args.force_clean,
+        )
+        base_sha, head_sha = await core.resolve_refs(request)  # bad refs stop here, before anything runs
+        if base_sha == head_sha:
+            console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
+        db = database(config, args.db)
+        async with host.lock(owner(f"compare {head_sha[:12]}"), wait=not args.no_wait,
+                             on_wait=lambda message: console.print(message, markup=False, highlight=False)):
+            await reconcile(db, config, console.print)
+            store = _ConsoleStore(db, console)
+            run_id = store.create(request, base_sha, head_sha)
+            console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
+                          f"modes {', '.join(request.modes)}, host {host_name} ({host.where}; the benchmark client "
+                          "runs here" + ("" if host.is_local else ", through an SSH tunnel") + ")",
+                          markup=False, highlight=False)
+            pin_client(config, console)
+            result = await core.compare(request, store, shas=(base_sha, head_sha))
     title = f"run {run_id}: {name} {head_sha[:12]} vs {base_sha[:12]}"
     if result.status == "failed":
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
@@ -153,16 +163,26 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _reconcile(db, console: Console) -> None:
-    """Close runs left 'running' by a specperf that was killed, stopping their recorded engines."""
+async def reconcile(db, config: core.Config, say) -> None:
+    """Close runs left 'running' by a specperf that was killed, stopping their recorded
+    engine groups on their hosts; ``say`` gets one line per run."""
     for run, trials in storage.abandoned_runs(db):
-        stopped = [t.pgid for t in trials if t.pgid and t.log_path and core.stop_recorded_group(t.pgid, t.log_path)]
-        owner = run.settings["owner"]["pid"]
-        reason = f"specperf (pid {owner}) ended without finishing this run"
+        stopped, unreachable = [], None
+        recorded = [t for t in trials if t.pgid and t.log_path]
+        if recorded and run.host in config.hosts:
+            try:
+                async with open_host(config, run.host) as host:
+                    stopped = [t.pgid for t in recorded if await host.stop_recorded_group(t.pgid, t.log_path)]
+            except core.HostError as exc:
+                unreachable = str(exc)
+        owner_pid = run.settings["owner"]["pid"]
+        reason = f"specperf (pid {owner_pid}) ended without finishing this run"
         if stopped:
             reason += f"; its engine process group {', '.join(map(str, stopped))} was still running and was stopped"
+        if unreachable:
+            reason += f"; its engines could not be checked: {unreachable}"
         storage.mark_abandoned(db, run.id, reason)
-        console.print(f"run {run.id}: {reason}", markup=False, highlight=False)
+        say(f"run {run.id}: {reason}", markup=False, highlight=False)
 
 
 def _stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.ArmTrial]]]:

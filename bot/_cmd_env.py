@@ -21,7 +21,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, load, pick
+from bot._common import data_dir, database, load, open_host, pick
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``env`` subcommand to ``sub``."""
     e = sub.add_parser("env", help="probe a host (GPUs, drivers, software, system) and check it; or diff two snapshots")
     e.add_argument("--engine", help="engine whose Python and environment to probe with (default: the only one)")
-    e.add_argument("--host", help="host to probe (default: the engine's host; only local hosts for now)")
+    e.add_argument("--host", help="host to probe (default: the engine's host); over SSH the probe is fed to the host's python")
     e.add_argument("--under-load", action="store_true",
                    help="the GPUs are busy now: judge P-states and PCIe links (they drop when idle)")
     e.add_argument("--cheap", action="store_true", help="the per-trial probe: live readings only, no software scan")
@@ -48,7 +48,8 @@ def _target(args: argparse.Namespace, config: core.Config) -> tuple[str, str, di
         if config_host is None:
             raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
                                    f"{', '.join(sorted(config.hosts))})")
-        _local_only(host_name, config_host)
+        if config_host.ssh:
+            return "the host's python (no engine configured)", config_host.python, {}, None, host_name
         return "specperf's own Python (no engine configured)", sys.executable, {}, None, host_name
     name = pick(config.engines, args.engine, "engine")
     engine = config.engine(name)
@@ -56,15 +57,7 @@ def _target(args: argparse.Namespace, config: core.Config) -> tuple[str, str, di
     if host_name not in config.hosts:
         raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
                                f"{', '.join(sorted(config.hosts))})")
-    _local_only(host_name, config.hosts[host_name])
     return f"engine {name}", engine.python, dict(engine.env), engine.repo, host_name
-
-
-def _local_only(name: str, host: core.HostConfig) -> None:
-    if host.ssh or host.exec_prefix:
-        how = f"over SSH ({host.ssh})" if host.ssh else f"through {' '.join(host.exec_prefix)}"
-        raise core.ConfigError(f"host {name!r} is reached {how}; specperf env probes the local machine only "
-                               "until remote hosts are supported")
 
 
 def _checks_table(checks: list[core.Check], under_load: bool) -> Table:
@@ -239,8 +232,9 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         return 0
     config = load(args.config)
     label, python, env, repo, host = _target(args, config)
-    with console.status(f"probing {host} with {python}"):
-        snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo)
+    async with open_host(config, host) as target:
+        with console.status(f"probing {host} ({target.where}) with {python}"):
+            snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target)
     checks = core.run_checks(snapshot, under_load=args.under_load)
     console.print(f"env snapshot of host {host} with {label} ({python}): "
                   f"{snapshot['kind']} probe, {snapshot['wall_s']:.2f} s")

@@ -67,7 +67,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task(f"starting {engine_name} ({args.mode})", total=workload.requests)
         trial = await core.measure(
-            engine_name, engine, args.mode, workload_name, workload, home / "logs",
+            engine_name, engine, args.mode, workload_name, workload, str(home / "logs"),
             on_ready=lambda s: progress.update(task, description=f"ready in {s:.0f} s; measuring"),
             on_request_done=lambda r: progress.advance(task),
         )

@@ -67,6 +67,24 @@ def pin_client(config: core.Config, console) -> None:
             console.print(f"[yellow]warning: cannot pin the client to CPUs {config.client_cpus}: {exc}")
 
 
+def open_host(config: core.Config, name: str) -> core.Host:
+    """The host ``name`` of the config (``local`` always exists); the local host's work
+    directory is ``<data dir>/work``. Close it (``async with``) when done.
+
+    Raises:
+        core.ConfigError: no such host.
+    """
+    if name not in config.hosts:
+        raise core.ConfigError(f"no host named {name!r} in the config (known hosts: {', '.join(sorted(config.hosts))})")
+    return core.open_host(name, config.hosts[name], data_dir() / "work")
+
+
+def owner(command: str) -> dict:
+    """Who holds a host lock: this process, for a waiter's message."""
+    return {"by": f"{os.environ.get('USER') or os.getuid()}@{os.uname().nodename} pid {os.getpid()}",
+            "doing": command}
+
+
 def database(config: core.Config, url: str | None = None):
     """The run database: ``url`` (``--db``), else ``[storage].url``, else SQLite in the data
     directory; migrated on open.

@@ -2,7 +2,7 @@
 exit statuses. Each subcommand lives in its own ``bot/_cmd_*.py`` module.
 
 Exit status: 0 success, 2 usage or config error, 3 engine error, 4 invalid measurement,
-130 interrupted.
+5 host error (unreachable, refused, busy), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import core
 import storage
 from bot import _cmd_compare, _cmd_env, _cmd_measure
 
-EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_INTERRUPTED = 2, 3, 4, 130
+EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_HOST, EXIT_INTERRUPTED = 2, 3, 4, 5, 130
 _FAILURES = (
     (core.ConfigError, "config error", EXIT_USAGE),
     (core.GitError, "git error", EXIT_USAGE),
     (storage.StorageError, "storage error", EXIT_USAGE),
     (core.InvalidSampleError, "invalid measurement", EXIT_INVALID),
     (core.EngineError, "engine error", EXIT_ENGINE),
+    (core.HostError, "host error", EXIT_HOST),
 )
 
 

@@ -1,5 +1,6 @@
-"""specperf's library: configuration, engines, the benchmark client, one-trial measurement, and the
-environment probe with its checks and fingerprint diff.
+"""specperf's library: configuration, hosts (local and SSH), engines, the benchmark client,
+one-trial measurement, compare, GPU hygiene, and the environment probe with its checks and
+fingerprint diff.
 
 No Slack and no database here; ``bot`` and ``storage`` build on this. Public names::
 
@@ -15,9 +16,10 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
-    GitError, BuildError, stop_recorded_group
+    GitError, BuildError
+    Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
-    InvalidSampleError
+    InvalidSampleError, HostError, HostBusyError, CommandTimeout
 """
 
 from core._checks import Check, CheckStatus, run_checks, worst
@@ -45,10 +47,13 @@ from core._config import (
 )
 from core._engines import EngineAdapter, EngineFigures, adapter_for
 from core._errors import (
+    CommandTimeout,
     ConfigError,
     EngineError,
     EngineExitedError,
     EngineNotReadyError,
+    HostBusyError,
+    HostError,
     InvalidSampleError,
     SpecperfError,
 )
@@ -61,6 +66,8 @@ from core._fingerprint import (
     load_snapshot,
 )
 from core._git import GitError
+from core._host import CommandResult, EngineHandle, Host, LocalHost, SshHost, open_host
+from core._hygiene import Holder, clean_gpus, gpu_holders
 from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
 from core._measure import TrialResult, measure
 from core._probe import (
@@ -72,7 +79,6 @@ from core._probe import (
     probe_options,
     probe_script_text,
 )
-from core._process import stop_recorded_group
 from core._report import render_chart, summarize
 from core._sglang_log import DecodeLogLine, parse_decode_line
 from core._stats import (
@@ -101,7 +107,9 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
-    "GitError", "BuildError", "stop_recorded_group",
+    "GitError", "BuildError",
+    "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",
+    "Holder", "HostError", "HostBusyError", "CommandTimeout",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",
     "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",

@@ -17,6 +17,11 @@ throughput (driver, NCCL, torch, engine libraries, clocks and links, GPU process
 as drifted; the rule is to keep it in the statistics and name it in the report, so a reader
 can judge (excluding launches after the fact would bias the verdict toward whichever arm
 happened to drift less). A probe that fails is reported, never fatal.
+
+Everything runs on the request's host (core._host): worktrees, builds, the probe, the engine;
+before the first launch the host's GPUs are cleared of leftover engines of ours, and a
+foreign GPU process makes the run fail with its pid, user and command unless
+``force_clean`` (core._hygiene).
 Ctrl-C (cancellation) stops the engine's process group and ends the run as interrupted.
 """
 
@@ -25,15 +30,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._errors import EngineError, SpecperfError
 from core._fingerprint import Category, diff_snapshots
+from core._host import EngineHandle, Host
+from core._hygiene import clean_gpus
 from core._measure import TrialResult, measure
 from core._probe import ProbeError, probe_async
-from core._process import EngineProcess
 from core._stats import INCONCLUSIVE, ArmTrial, Verdict, decide
 from core._worktree_engine import build_commit, check_import, engine_for_commit
 
@@ -51,7 +56,10 @@ class Arm:
 
 @dataclass
 class CompareRequest:
-    """What to compare: ``head_ref`` against ``base_ref`` (``None``: its first parent)."""
+    """What to compare: ``head_ref`` against ``base_ref`` (``None``: its first parent), on
+    ``host`` (worktrees, builds and logs under its work directory). ``force_clean``: stop
+    foreign processes holding the host's GPUs instead of refusing (core._hygiene). The caller
+    holds the host's lock (:meth:`core.Host.lock`) for the whole experiment."""
 
     engine_name: str
     engine: EngineConfig
@@ -61,7 +69,8 @@ class CompareRequest:
     base_ref: str | None
     modes: list[str]
     settings: CompareConfig
-    workdir: Path
+    host: Host
+    force_clean: bool = False
 
 
 @dataclass
@@ -85,7 +94,7 @@ class CompareObserver:
 
     def started(self, base_sha: str, head_sha: str) -> None: ...
     def progress(self, message: str) -> None: ...
-    def trial_launched(self, arm: Arm, seq: int, process: EngineProcess) -> None: ...
+    def trial_launched(self, arm: Arm, seq: int, process: EngineHandle) -> None: ...
     def trial_finished(self, arm: Arm, seq: int, trial: TrialResult) -> None: ...
     def trial_failed(self, arm: Arm, seq: int, error: str) -> None: ...
     def verdicts_updated(self, verdicts: dict[str, Verdict]) -> None: ...
@@ -113,17 +122,21 @@ def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
             for mode, by_role in result.trials.items()}
 
 
-def resolve_refs(request: CompareRequest) -> tuple[str, str]:
-    """(base SHA, head SHA); refs are validated and resolved before anything runs.
+async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
+    """(base SHA, head SHA) in the engine's repo on the request's host; refs are validated
+    and resolved before anything runs.
 
     Raises:
         GitError: no repo configured, a bad ref, or a root commit without ``base_ref``.
+        HostError: the host cannot be reached.
     """
     repo = request.engine.repo
     if not repo:
         raise _git.GitError(f"engine {request.engine_name!r} has no repo; set engines.{request.engine_name}.repo")
-    head = _git.resolve_commit(repo, request.head_ref)
-    base = _git.resolve_commit(repo, request.base_ref) if request.base_ref else _git.first_parent(repo, head)
+    host = request.host
+    head = await _git.resolve_commit(host, repo, request.head_ref)
+    base = (await _git.resolve_commit(host, repo, request.base_ref) if request.base_ref
+            else await _git.first_parent(host, repo, head))
     return base, head
 
 
@@ -139,7 +152,7 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
         GitError: a ref is bad (before anything is launched).
     """
     obs = observer or CompareObserver()
-    base_sha, head_sha = shas or resolve_refs(request)
+    base_sha, head_sha = shas or await resolve_refs(request)
     result = CompareResult("running", base_sha, head_sha,
                            trials={m: {"base": [], "head": []} for m in request.modes})
     obs.started(base_sha, head_sha)
@@ -162,19 +175,23 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
 
 
 async def _experiment(request: CompareRequest, obs: CompareObserver, result: CompareResult) -> None:
-    settings, engine = request.settings, request.engine
-    engines: dict[str, tuple[EngineConfig, Path]] = {}
+    settings, engine, host = request.settings, request.engine, request.host
+    engines: dict[str, tuple[EngineConfig, str]] = {}
     for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
-        obs.progress(f"preparing {role} {sha[:12]}")
-        tree = await asyncio.to_thread(_git.worktree, engine.repo, sha, request.workdir)
-        prefix = request.workdir / "builds" / sha
-        await asyncio.to_thread(build_commit, engine, tree, prefix, sha)
+        obs.progress(f"preparing {role} {sha[:12]} on host {host.name}")
+        tree = await _git.worktree(host, engine.repo, sha)
+        prefix = f"{host.workdir}/builds/{sha}"
+        await build_commit(host, engine, tree, prefix, sha)
         arm_engine = engine_for_commit(engine, tree, prefix)
-        result.imported[role] = await asyncio.to_thread(check_import, arm_engine, tree)
+        result.imported[role] = await check_import(host, arm_engine, tree)
         engines[role] = (arm_engine, tree)
-    full = {role: await _snapshot(obs, f"arm-{role}", None, *engines[role], cheap=False) for role in engines}
+    full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
+            for role in engines}
     if all(full.values()):
         result.arm_env_diff = [c.line for c in diff_snapshots(full["base"], full["head"])]
+    for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
+                                 grace_s=engine.stop_grace_s):
+        obs.progress(line)
 
     deadline = time.monotonic() + settings.time_budget_s
     undecided = list(request.modes)
@@ -205,11 +222,11 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
 _DRIFT = {Category.DRIVER, Category.NCCL, Category.TORCH, Category.ENGINE, Category.CLOCKS_LINKS}
 
 
-async def _snapshot(obs: CompareObserver, phase: str, seq: int | None, engine: EngineConfig, tree: Path,
-                    cheap: bool = True) -> dict | None:
+async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, seq: int | None,
+                    engine: EngineConfig, tree: str, cheap: bool = True) -> dict | None:
     try:
-        data = await probe_async(engine.python, cheap=cheap, env=engine.env, cwd=str(tree),
-                                 repo=None if cheap else str(tree))
+        data = await probe_async(engine.python, cheap=cheap, env=engine.env, cwd=tree,
+                                 repo=None if cheap else tree, host=request.host)
     except ProbeError as exc:
         obs.progress(f"environment probe ({phase}) failed: {exc}")
         return None
@@ -225,20 +242,20 @@ def drift_lines(before: dict | None, after: dict | None) -> list[str]:
 
 
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
-                     engine: EngineConfig, tree: Path, result: CompareResult) -> TrialResult:
+                     engine: EngineConfig, tree: str, result: CompareResult) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
-    before = await _snapshot(obs, "before", seq, engine, tree)
+    before = await _snapshot(request, obs, "before", seq, engine, tree)
     try:
         trial = await measure(
             request.engine_name, engine, arm.mode, request.workload_name, request.workload,
-            request.workdir / "logs", cwd=tree,
+            f"{request.host.workdir}/logs", host=request.host, cwd=tree,
             on_launch=lambda process: obs.trial_launched(arm, seq, process),
         )
     except SpecperfError as exc:
         obs.trial_failed(arm, seq, str(exc))
         raise
     obs.trial_finished(arm, seq, trial)
-    drift = drift_lines(before, await _snapshot(obs, "after", seq, engine, tree))
+    drift = drift_lines(before, await _snapshot(request, obs, "after", seq, engine, tree))
     if drift:
         result.drift[seq] = drift
         obs.progress(f"trial {seq}: environment drifted: {'; '.join(drift)}")

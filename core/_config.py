@@ -43,11 +43,48 @@ class _Strict(BaseModel):
 
 
 class HostConfig(_Strict):
-    """A machine that runs engines. With no ``ssh`` it is the local machine."""
+    """A machine that runs engines. With no ``ssh`` it is the local machine.
+
+    ``ssh``: ``user@host`` (or ``host``), reached on ``port``; host keys are checked against
+    ``known_hosts`` (default ``~/.ssh/known_hosts``), never skipped; authentication with
+    ``identity_file`` or the SSH agent. ``jump``: a jump host (``user@bastion``), as ssh's
+    ``-J``. ``exec_prefix``: words put before every command run on the host, for a container
+    (``["pct", "exec", "129", "--"]``, ``["docker", "exec", "sglang"]``). ``workdir``: where
+    worktrees, per-commit builds, engine logs and the host lock live (absolute; default: the
+    data directory locally, ``/var/tmp/specperf`` over SSH). ``python``: the host's
+    interpreter for specperf's small helper (standard library only). ``engine_address``:
+    where the engine's port is reached from the host (a container's own address when the
+    prefix enters another network namespace). ``device_paths``: globs of device files whose
+    holders count as GPU users; ``ignore_holders``: programs that may hold them (system
+    daemons). ``trial_deadline_s``: an engine is killed on the host after this long, whatever
+    happens to specperf or the connection.
+    """
 
     ssh: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    known_hosts: str | None = None
+    identity_file: str | None = None
+    jump: str | None = None
+    connect_timeout_s: float = Field(default=15.0, gt=0)
     exec_prefix: list[str] = Field(default_factory=list)
     workdir: str | None = None
+    python: str = "python3"
+    engine_address: str = "127.0.0.1"
+    device_paths: list[str] = Field(default_factory=lambda: ["/dev/nvidia[0-9]*"])
+    ignore_holders: list[str] = Field(default_factory=lambda: ["nvidia-persistenced", "nv-hostengine", "nv-fabricmanager", "dcgm"])
+    trial_deadline_s: float = Field(default=7200.0, gt=0)
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("must be an absolute path (no ~: it would not expand on the host)")
+        return value
+
+    @field_validator("known_hosts", "identity_file")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        return os.path.expanduser(_expand(value)) if value else value
 
 
 class EngineConfig(_Strict):
@@ -83,6 +120,7 @@ class EngineConfig(_Strict):
     cpus: list[int] | None = None
     ready_timeout_s: float = Field(default=600.0, gt=0)
     stop_grace_s: float = Field(default=15.0, gt=0)
+    build_timeout_s: float = Field(default=7200.0, gt=0)
 
     @field_validator("python", "model", "repo")
     @classmethod

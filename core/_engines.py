@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -79,7 +79,7 @@ class EngineAdapter:
 
     async def wait_ready(
         self, client: httpx.AsyncClient, timeout_s: float, exited: Callable[[], int | None],
-        log_tail: Callable[[], str],
+        log_tail: Callable[[], Awaitable[str]],
     ) -> None:
         """Poll the health route, then send one real completion, until both succeed.
 
@@ -87,7 +87,7 @@ class EngineAdapter:
             client: bound to the engine's base URL.
             timeout_s: overall deadline in seconds.
             exited: returns the engine's exit status once it has exited, else ``None``.
-            log_tail: returns the engine log's last lines, for errors.
+            log_tail: a coroutine function giving the engine log's last lines, for errors.
 
         Raises:
             EngineExitedError: the engine exited before it was ready.
@@ -100,14 +100,14 @@ class EngineAdapter:
             code = exited()
             if code is not None:
                 raise EngineExitedError(
-                    f"{self.kind} engine exited with status {code} before it was ready", log_tail()
+                    f"{self.kind} engine exited with status {code} before it was ready", await log_tail()
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise EngineNotReadyError(
                     f"{self.kind} engine not ready after {timeout_s:.0f} s (last check: {last}); "
                     f"raise engines.<name>.ready_timeout_s if it is only slow",
-                    log_tail(),
+                    await log_tail(),
                 )
             try:
                 if not healthy:

@@ -56,3 +56,16 @@ class InvalidSampleError(SpecperfError):
         if more > 0:
             reasons += f"; and {more} more"
         super().__init__(f"sample invalid: {reasons}")
+
+
+class HostError(SpecperfError):
+    """A host could not be reached, refused us (host key, authentication), or the connection
+    to it was lost; or a command could not run there."""
+
+
+class CommandTimeout(HostError):
+    """A command on a host ran past its timeout; its process group was stopped."""
+
+
+class HostBusyError(HostError):
+    """The host is held by another experiment (its lock) or by foreign processes on its GPUs."""

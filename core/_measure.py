@@ -1,4 +1,4 @@
-"""One trial on the local host: launch an engine, wait until ready, warm up, measure, stop.
+"""One trial on a host: launch an engine, wait until ready, warm up, measure, stop.
 
 The engine runs in its own process group (:class:`core._process.EngineProcess`) and is
 stopped by group whatever happens: success, an error, Ctrl-C or cancellation.
@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
-from core._config import EngineConfig, WorkloadConfig
+from core._config import EngineConfig, HostConfig, WorkloadConfig
 from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
 from core._loadgen import RequestRecord, Sample, run_workload
-from core._process import EngineProcess, launched, listening_pids
+from core._host import EngineHandle, Host, LocalHost
 
 
 @dataclass
@@ -62,14 +60,8 @@ class TrialResult:
         }
 
 
-def _check_port_free(port: int) -> None:
-    with socket.socket() as sock:
-        sock.settimeout(1.0)
-        if sock.connect_ex(("127.0.0.1", port)) == 0:
-            raise EngineError(
-                f"port {port} is already in use by another process; stop it or set a free "
-                "engines.<name>.port in the config (specperf never stops what it did not start)"
-            )
+def _who(listeners: list[dict]) -> str:
+    return "; ".join(f"pid {p['pid']} ({p['user']}: {p['cmdline'][:80]})" for p in listeners) or "an unknown process"
 
 
 async def measure(
@@ -78,24 +70,29 @@ async def measure(
     mode: str,
     workload_name: str,
     workload: WorkloadConfig,
-    log_dir: Path,
+    log_dir: str,
     *,
-    cwd: Path | None = None,
-    on_launch: Callable[[EngineProcess], None] | None = None,
+    host: Host | None = None,
+    cwd: str | None = None,
+    on_launch: Callable[[EngineHandle], None] | None = None,
     on_ready: Callable[[float], None] | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> TrialResult:
-    """Run one trial of ``engine`` in ``mode`` with ``workload`` on the local host.
+    """Run one trial of ``engine`` in ``mode`` with ``workload`` on ``host`` (default: this machine).
 
-    The engine runs in ``cwd`` (default: this process's) and logs to
-    ``log_dir/<engine>-<mode>-<UTC time>.log``. ``on_launch`` gets the started process (its
-    ``pgid``) before anything else happens, so a caller can record it.
+    The engine runs on the host in ``cwd`` (default: the host's default) and logs to
+    ``log_dir/<engine>-<mode>-<UTC time>.log`` there; the benchmark client runs here and
+    reaches the engine's port through ``host.forward`` (an SSH tunnel for a remote host).
+    ``on_launch`` gets the started engine (its ``pgid``) before anything else happens, so a
+    caller can record it.
 
     Returns:
         The :class:`TrialResult`; its sample is valid (else an error is raised).
 
     Raises:
         ConfigError: ``mode`` is not one of the engine's modes.
+        HostError: the host cannot be reached, or the connection was lost (the engine is
+            stopped on the host by its supervisor).
         EngineError: the port is taken, the program is missing, or the engine never got
             ready; EngineExitedError if it died (before ready or while measured). The
             message carries the engine log's tail.
@@ -105,30 +102,36 @@ async def measure(
         raise ConfigError(
             f"engine {engine_name!r} has no mode {mode!r} (its modes: {', '.join(sorted(engine.modes))})"
         )
+    host = host or LocalHost("local", HostConfig(), str(log_dir))
     adapter = adapter_for(engine)
     argv = adapter.launch_argv(mode)
-    _check_port_free(engine.port)
+    taken = await host.listeners(engine.port)
+    if taken:
+        raise EngineError(
+            f"port {engine.port} on host {host.name} is already in use by {_who(taken)}; stop it or set a free "
+            "engines.<name>.port in the config (specperf never stops what it did not start)"
+        )
     started_at = dt.datetime.now(dt.timezone.utc)
-    log_path = log_dir / f"{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
-    base_url = f"http://127.0.0.1:{engine.port}"
-    with launched(engine_name, argv, engine.env, log_path, str(cwd) if cwd else None, engine.stop_grace_s) as process:
+    log_path = f"{log_dir}/{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
+    async with host.launch(engine_name, argv, engine.env, log_path, cwd, engine.stop_grace_s) as process, \
+            host.forward(engine.port) as base_url:
         launched_at = time.monotonic()
         if on_launch:
             on_launch(process)
         async with httpx.AsyncClient(base_url=base_url) as client:
             await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
-            if process.holds_port(engine.port) is False:
+            if await process.holds_port(engine.port) is False:
                 raise EngineError(
-                    f"port {engine.port} is answered by pid {', '.join(map(str, sorted(listening_pids(engine.port))))}, "
+                    f"port {engine.port} on host {host.name} is answered by {_who(await host.listeners(engine.port))}, "
                     f"not by the engine specperf started (process group {process.pgid}): another server took the "
-                    "port; stop it or choose another port", process.log_tail())
+                    "port; stop it or choose another port", await process.log_tail())
             ready_s = time.monotonic() - launched_at
             if on_ready:
                 on_ready(ready_s)
             window: dict = {}
 
             async def begin() -> None:
-                window["log_offset"] = process.log_size()
+                window["log_offset"] = await process.log_size()
                 window["start"] = await adapter.begin_window(client)
 
             try:
@@ -141,13 +144,13 @@ async def measure(
                     raise EngineExitedError(
                         f"engine {engine_name!r} exited with status {process.returncode} during the "
                         "measurement; nothing from this trial can be trusted",
-                        process.log_tail(),
+                        await process.log_tail(),
                     )
             sample.raise_if_invalid()
-            log_text = process.read_log(window["log_offset"]) if adapter.reads_log else ""
+            log_text = await process.read_log(window["log_offset"]) if adapter.reads_log else ""
             figures = await adapter.end_window(client, window["start"], sample, log_text)
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
-        pgid=process.pgid, log_path=str(log_path), started_at=started_at.isoformat(),
+        pgid=process.pgid, log_path=log_path, started_at=started_at.isoformat(),
         ready_s=ready_s, sample=sample, engine=figures,
     )

@@ -15,7 +15,6 @@ the cheap per-trial probe (:func:`probe_cheap`) skips the software scan.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import os
@@ -25,7 +24,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from core._errors import SpecperfError
+from core._config import HostConfig
+from core._errors import CommandTimeout, SpecperfError
+from core._host import Host, LocalHost
 
 PROBE_SCRIPT = Path(__file__).with_name("_probe_script.py")
 SCHEMA = 1
@@ -181,24 +182,29 @@ def probe_cheap(python: str = sys.executable, **kwargs) -> dict:
 async def probe_async(python: str = sys.executable, *, cheap: bool = False, import_torch: bool = True,
                       repo: str | None = None, env: Mapping[str, str] | None = None, cwd: str | None = None,
                       timeout_s: float = 120.0, sample_s: float | None = None,
-                      stdin_script: bool = False) -> dict:
-    """:func:`probe` for event-loop code (a compare between trials): the same arguments, result
-    and errors, without blocking the loop."""
-    argv = _argv(python, cheap, import_torch, repo, sample_s, stdin_script)
+                      host: Host | None = None) -> dict:
+    """:func:`probe` on ``host`` (default: this machine) for event-loop code: the same
+    arguments, result and errors, without blocking the loop. On a remote host the script is
+    fed on standard input (``python -``), so nothing needs installing there.
+
+    Raises:
+        ProbeError: as :func:`probe`.
+        HostError: the host cannot be reached or the connection was lost.
+    """
+    host = host or LocalHost("local", HostConfig(), "")
+    remote = not host.is_local
+    options = probe_options(cheap=cheap, import_torch=import_torch, repo=repo,
+                            pynvml_dir=None if remote else _own_pynvml_dir(), sample_s=sample_s)
+    argv = [python, "-" if remote else str(PROBE_SCRIPT), *options]
     started = time.monotonic()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.PIPE if stdin_script else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, cwd=cwd,
-        )
-    except OSError as exc:
-        raise _failure(python, exc) from None
-    try:
-        stdout, stderr = await asyncio.wait_for(
-            proc.communicate(probe_script_text().encode() if stdin_script else None), timeout_s)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
+        result = await host.run(argv, input=probe_script_text().encode() if remote else None, cwd=cwd,
+                                env=dict(env or {}), timeout_s=timeout_s)
+    except CommandTimeout:
         raise ProbeError(f"probe with {python} did not finish within {timeout_s:g} s") from None
-    return _finish(python, proc.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"),
-                   started)
+    if result.returncode == 127:
+        raise _failure(python, FileNotFoundError(python))
+    if result.returncode == 126:
+        raise _failure(python, PermissionError(python))
+    return _finish(f"{python} on host {host.name}" if remote else python, result.returncode, result.stdout,
+                   result.stderr, started)

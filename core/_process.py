@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from core._errors import EngineError
+from core._host_agent import group_exists, listening_pids, stop_group
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -54,7 +54,7 @@ class EngineProcess:
     def group_alive(self) -> bool:
         """Whether any process of the group still exists (the leader's zombie is reaped first)."""
         self._proc.poll()
-        return _group_exists(self.pgid)
+        return group_exists(self.pgid)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the group, wait up to ``grace_s`` seconds, then SIGKILL what is left.
@@ -64,7 +64,7 @@ class EngineProcess:
         grace period at once (straight to SIGKILL) and is delivered when the group is gone.
         """
         with _DeferredSignals() as deferred:
-            _stop_group(self.pgid, grace_s, self.group_alive, deferred)
+            stop_group(self.pgid, grace_s, self.group_alive, lambda: bool(deferred.received))
             self._log.close()
 
     def log_size(self) -> int:
@@ -98,75 +98,6 @@ class EngineProcess:
             except ProcessLookupError:
                 continue
         return False
-
-
-def listening_pids(port: int) -> set[int]:
-    """Pids holding a listening TCP socket on ``port`` (IPv4 or IPv6), read from ``/proc``."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as fh:
-                next(fh)
-                for line in fh:
-                    fields = line.split()
-                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                        inodes.add(fields[9])
-        except OSError:
-            continue
-    pids = set()
-    if not inodes:
-        return pids
-    targets = {f"socket:[{inode}]" for inode in inodes}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in os.scandir(f"/proc/{entry.name}/fd"):
-                if os.readlink(fd.path) in targets:
-                    pids.add(int(entry.name))
-                    break
-        except OSError:
-            continue
-    return pids
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _stop_group(pgid: int, grace_s: float, alive, deferred: _DeferredSignals | None = None) -> None:
-    """SIGTERM the group, wait ``grace_s``, SIGKILL, wait 5 s; a deferred Ctrl-C ends the grace."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        if not alive():
-            return
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and alive():
-            if deferred is not None and deferred.received and sig == signal.SIGTERM:
-                break  # the user insists: no more grace
-            time.sleep(0.1)
-
-
-def stop_recorded_group(pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
-    """Stop the engine group ``pgid`` that an earlier specperf recorded, if it is still that
-    engine: its leader's standard output must still be the recorded log file (a recycled pgid
-    of somebody else's process is never signalled). Returns whether a group was stopped."""
-    try:
-        if os.readlink(f"/proc/{pgid}/fd/1") != str(Path(log_path).resolve()):
-            return False
-    except OSError:
-        return False
-    _stop_group(pgid, grace_s, lambda: _group_exists(pgid))
-    return True
 
 
 class _DeferredSignals:

@@ -9,12 +9,11 @@ mode runs ``build`` once per commit into ``<workdir>/builds/<sha>``, cached by S
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
+import posixpath
 
 from core._config import EngineConfig
-from core._errors import EngineError
+from core._errors import CommandTimeout, EngineError
+from core._host import Host
 
 _IMPORT_PROBE = (
     "import importlib, json, sys\n"
@@ -38,13 +37,14 @@ def _fill(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def engine_for_commit(engine: EngineConfig, worktree: Path, prefix: Path) -> EngineConfig:
-    """``engine`` as launched from ``worktree``: placeholders filled and PYTHONPATH set."""
-    values = {"worktree": str(worktree), "prefix": str(prefix)}
+def engine_for_commit(engine: EngineConfig, worktree: str, prefix: str) -> EngineConfig:
+    """``engine`` as launched from ``worktree`` (a path on its host): placeholders filled and
+    PYTHONPATH set."""
+    values = {"worktree": worktree, "prefix": prefix}
     env = {key: _fill(value, values) for key, value in engine.env.items()}
     if engine.source_dir is not None:
-        source = str(worktree / engine.source_dir)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+        source = posixpath.join(worktree, engine.source_dir)
+        env["PYTHONPATH"] = ":".join(filter(None, [source, env.get("PYTHONPATH")]))
     return engine.model_copy(update={
         "python": _fill(engine.python, values),
         "args": [_fill(a, values) for a in engine.args],
@@ -53,34 +53,36 @@ def engine_for_commit(engine: EngineConfig, worktree: Path, prefix: Path) -> Eng
     })
 
 
-def build_commit(engine: EngineConfig, worktree: Path, prefix: Path, sha: str) -> None:
-    """Run ``engine.build`` for ``sha`` unless ``prefix`` already holds a finished build.
+async def build_commit(host: Host, engine: EngineConfig, worktree: str, prefix: str, sha: str) -> None:
+    """Run ``engine.build`` for ``sha`` on ``host`` unless ``prefix`` already holds a finished
+    build; its output is kept in ``<prefix>/../<sha>.build.log`` on the host.
 
     Raises:
         BuildError: the build command is missing or exits non-zero (with its log tail).
+        HostError: the host cannot be reached.
     """
     if not engine.build:
         return
-    marker = prefix / ".specperf-build-ok"
-    if marker.exists():
+    marker = f"{prefix}/.specperf-build-ok"
+    if (await host.run(["test", "-e", marker])).returncode == 0:
         return
-    prefix.mkdir(parents=True, exist_ok=True)
-    log = prefix.parent / f"{sha}.build.log"
-    argv = [_fill(word, {"worktree": str(worktree), "prefix": str(prefix)}) for word in engine.build]
-    with open(log, "wb") as out:
-        try:
-            code = subprocess.run(argv, cwd=worktree, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL).returncode
-        except OSError as exc:
-            raise BuildError(f"cannot run the build of {sha[:12]}: {argv[0]}: {exc.strerror}") from None
-    if code != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise BuildError(f"the build of {sha[:12]} failed with status {code} (log: {log})", tail)
-    marker.touch()
+    await host.makedirs(prefix)
+    log = f"{posixpath.dirname(prefix)}/{sha}.build.log"
+    argv = [_fill(word, {"worktree": worktree, "prefix": prefix}) for word in engine.build]
+    result = await host.run(argv, cwd=worktree, timeout_s=engine.build_timeout_s)
+    output = result.stdout + result.stderr
+    await host.write_file(log, output.encode())
+    if result.returncode == 127:
+        raise BuildError(f"cannot run the build of {sha[:12]}: {argv[0]}: not found")
+    if result.returncode != 0:
+        tail = "\n".join(output.splitlines()[-30:])
+        raise BuildError(f"the build of {sha[:12]} failed with status {result.returncode} (log: {log} on host "
+                         f"{host.name})", tail)
+    await host.write_file(marker, b"")
 
 
-def check_import(engine: EngineConfig, worktree: Path) -> dict | None:
-    """Import ``engine.source_package`` as the engine would and say where it came from.
+async def check_import(host: Host, engine: EngineConfig, worktree: str) -> dict | None:
+    """Import ``engine.source_package`` on ``host`` as the engine would and say where it came from.
 
     Returns:
         ``{"package", "version", "path", "from_worktree"}``, or ``None`` when the engine
@@ -94,18 +96,17 @@ def check_import(engine: EngineConfig, worktree: Path) -> dict | None:
     if not package:
         return None
     try:
-        result = subprocess.run(
-            [engine.python, "-c", _IMPORT_PROBE, package], cwd=worktree, capture_output=True, text=True,
-            env={**os.environ, **engine.env}, timeout=300, stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        result = await host.run([engine.python, "-c", _IMPORT_PROBE, package], cwd=worktree, env=engine.env,
+                                timeout_s=300)
+    except CommandTimeout as exc:
         raise EngineError(f"cannot check which {package} the engine imports: {exc}") from None
     if result.returncode != 0:
         tail = "\n".join(result.stderr.splitlines()[-20:])
-        raise EngineError(f"the engine's python cannot import {package} from the worktree of {worktree.name[:12]}", tail)
+        raise EngineError(f"the engine's python cannot import {package} from the worktree of "
+                          f"{posixpath.basename(worktree)[:12]}", tail)
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    path = Path(found["path"] or "").resolve()
-    found["from_worktree"] = worktree.resolve() in path.parents
+    path = posixpath.normpath(found["path"] or "")
+    found["from_worktree"] = path.startswith(posixpath.normpath(worktree) + "/")
     if engine.source_dir is not None and not found["from_worktree"]:
         raise EngineError(
             f"{package} is imported from {path}, not from the worktree {worktree}: an installed copy "

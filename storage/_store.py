@@ -35,9 +35,10 @@ class RunStore(CompareObserver):
             run = Run(
                 engine_name=request.engine_name, workload_name=request.workload_name,
                 base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
-                head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes),
+                head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes), host=request.host.name,
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
-                          "engine": request.engine.model_dump(),
+                          "engine": request.engine.model_dump(), "host_where": request.host.where,
+                          "client": "local" if request.host.is_local else "here, through an SSH tunnel",
                           "owner": {"pid": os.getpid(), "host": socket.gethostname()}},
             )
             session.add(run)

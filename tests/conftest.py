@@ -13,7 +13,14 @@ import httpx
 import psutil
 import pytest
 
+import core
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def local_host(workdir: Path) -> core.LocalHost:
+    """This machine as a host whose work directory is ``workdir``."""
+    return core.LocalHost("local", core.HostConfig(), str(workdir))
 # The installed console script, as users run it (``python -m`` can turn a handled Ctrl-C into
 # death by SIGINT at interpreter exit).
 SPECPERF = [str(Path(sys.executable).parent / "specperf")]
@@ -121,3 +128,13 @@ def db_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/specperf.db"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator:
+    """A real OpenSSH server on loopback for this test session (tests/ssh_server.py)."""
+    from tests.ssh_server import SshServer
+
+    server = SshServer()
+    yield server
+    server.close()

@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 
 import core
 import storage
-from tests.conftest import ROOT, SPECPERF, group_members
+from tests.conftest import ROOT, SPECPERF, group_members, local_host
 from tests.fake_engine_repo import fake_engine, make_repo
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
@@ -33,7 +33,7 @@ def request_for(repo_path: Path, port: int, head: str, base: str | None, workdir
                 modes=("baseline", "eagle3")) -> core.CompareRequest:
     return core.CompareRequest(
         engine_name="fake", engine=fake_engine(repo_path, port, ROOT), workload_name="w", workload=WORKLOAD,
-        head_ref=head, base_ref=base, modes=list(modes), settings=SETTINGS, workdir=workdir,
+        head_ref=head, base_ref=base, modes=list(modes), settings=SETTINGS, host=local_host(workdir),
     )
 
 
@@ -53,7 +53,7 @@ def long_running_config(tmp_path: Path, repo_path: Path, port: int) -> Path:
 
 async def run(request: core.CompareRequest, db_url: str) -> tuple[core.CompareResult, int]:
     store = storage.RunStore(storage.open_database(db_url))
-    shas = core.resolve_refs(request)
+    shas = await core.resolve_refs(request)
     run_id = store.create(request, *shas)
     return await core.compare(request, store, shas=shas), run_id
 
@@ -211,7 +211,7 @@ async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo
 
     broken = engine.model_copy(update={"build": ["bash", "-c", "echo 'error: missing header cuda.h'; exit 7"]})
     request.engine = broken
-    request.workdir = tmp_path / "work2"
+    request.host = local_host(tmp_path / "work2")
     result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
     assert result.status == "failed"
     assert "the build of" in result.reason and "failed with status 7" in result.reason

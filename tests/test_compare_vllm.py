@@ -11,7 +11,7 @@ import pytest
 import core
 import storage
 from bot._common import load
-from tests.conftest import group_members
+from tests.conftest import group_members, local_host
 
 # A two-mode compare is 16 to 32 launches of about 35 s each.
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
@@ -24,11 +24,11 @@ def plan(testenv, monkeypatch, tmp_path, unused_tcp_port):
     config = load(None)
     engine = config.engine("tiny-vllm").model_copy(update={"port": unused_tcp_port})
 
-    def make(head: str, modes: list[str]) -> core.CompareRequest:
+    def make(head: str, modes: list[str], host: core.Host | None = None) -> core.CompareRequest:
         return core.CompareRequest(
             engine_name="tiny-vllm", engine=engine, workload_name="default", workload=config.workload("default"),
             head_ref=head, base_ref=None, modes=modes,
-            settings=config.compare.model_copy(update={"cooldown_s": 1}), workdir=tmp_path / "work",
+            settings=config.compare.model_copy(update={"cooldown_s": 1}), host=host or local_host(tmp_path / "work"),
         )
 
     return make
@@ -37,7 +37,7 @@ def plan(testenv, monkeypatch, tmp_path, unused_tcp_port):
 async def run(request: core.CompareRequest, tmp_path) -> tuple[core.CompareResult, storage.StoredRun]:
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     store = storage.RunStore(db)
-    shas = core.resolve_refs(request)
+    shas = await core.resolve_refs(request)
     run_id = store.create(request, *shas)
     result = await core.compare(request, store, shas=shas)
     stored = storage.load_run(db, run_id)
@@ -52,6 +52,25 @@ async def test_every_step_slowdown_is_a_regression_in_both_modes(plan, tmp_path)
     for mode, verdict in result.verdicts.items():
         assert verdict.verdict == core.REGRESSION, (mode, verdict)
         assert verdict.attribution == "step time"
+
+
+async def test_broken_draft_over_ssh_end_to_end(plan, tmp_path, sshd):
+    """The whole compare through the real OpenSSH server: worktrees, the import check, the
+    probe, every launch under its supervisor, the client through the SSH tunnel."""
+    host = core.open_host("loopback", sshd.host_config(workdir=str(tmp_path / "remote")), tmp_path)
+    async with host:
+        result, stored = await run(plan("broken-draft", ["eagle3"], host), tmp_path)
+    assert result.status == "done", result.reason
+    verdict = result.verdicts["eagle3"]
+    assert verdict.verdict == core.REGRESSION, verdict
+    assert verdict.attribution == "acceptance length"
+    assert all(t.engine.acceptance_length == pytest.approx(1.0) for t in result.trials["eagle3"]["head"])
+    assert all(t.engine.acceptance_length == pytest.approx(4.0) for t in result.trials["eagle3"]["base"])
+    # the engine counted the tokens the client got through the tunnel
+    assert all(t.engine.output_tokens == t.sample.output_tokens for ts in result.trials["eagle3"].values() for t in ts)
+    assert stored.run.host == "loopback"
+    assert all(t.log_path.startswith(str(tmp_path / "remote/logs/")) for t in stored.trials)
+    assert any(s.phase == "arm-head" and s.data["system"]["hostname"] for s in stored.snapshots)
 
 
 async def test_speculative_only_slowdown(plan, tmp_path):

@@ -122,10 +122,10 @@ def test_env_usage_errors(tmp_path, args, message):
     assert message in " ".join(result.stderr.split())
 
 
-def test_env_refuses_remote_hosts_for_now(tmp_path):
+def test_env_on_an_unreachable_host_is_one_clear_error(tmp_path):
     (tmp_path / "specperf.toml").write_text(
         '[hosts.gpu-a]\nssh = "root@gpu-a.example"\n[engines.e]\nkind = "vllm"\nmodel = "m"\nhost = "gpu-a"\n')
     result = specperf("env", cwd=tmp_path, home=tmp_path)
-    assert result.returncode == 2
-    assert "host 'gpu-a' is reached over SSH (root@gpu-a.example); specperf env probes the local machine only" in (
+    assert result.returncode == 5
+    assert "host error: cannot reach host gpu-a (root@gpu-a.example:22)" in (
         " ".join(result.stderr.split()))

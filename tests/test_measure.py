@@ -97,7 +97,7 @@ async def test_truncated_response_is_one_clear_error(tmp_path, unused_tcp_port):
 async def test_port_taken_by_someone_else_is_left_alone(tmp_path, exact_server):
     foreign = exact_server()
     engine = server_engine(foreign.port)
-    with pytest.raises(EngineError, match=f"port {foreign.port} is already in use"):
+    with pytest.raises(EngineError, match=f"port {foreign.port} on host local is already in use by pid [0-9]+ "):
         await measure("x", engine, "baseline", "w", WORKLOAD, tmp_path)
     assert foreign.proc.poll() is None  # never kill what we did not start
 
@@ -160,7 +160,7 @@ async def test_a_server_that_is_not_ours_is_never_measured(tmp_path, exact_serve
     engine = EngineConfig(kind="command", port=unused_tcp_port, ready_timeout_s=20, stop_grace_s=2,
                           command=["bash", "-c", f"echo $$ > {pidfile}; exec sleep 600"])
     foreign = []
-    with pytest.raises(EngineError, match=f"port {unused_tcp_port} is answered by pid .*not by the engine"):
+    with pytest.raises(EngineError, match=f"port {unused_tcp_port} on host local is answered by pid [0-9]+ .*not by the engine"):
         await measure("x", engine, "baseline", "w", WORKLOAD, tmp_path,
                       on_launch=lambda process: foreign.append(exact_server("--port", str(unused_tcp_port))))
     assert foreign[0].proc.poll() is None  # the foreign server is left alone

@@ -1,0 +1,283 @@
+"""Hosts over a real OpenSSH server on loopback (tests/ssh_server.py): quoting, timeouts, host
+keys, the exec prefix, a dropped connection mid-trial, the host lock, GPU hygiene, and a
+whole compare run through SSH with the fast fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+import core
+import storage
+from tests.conftest import ROOT, SPECPERF, group_members, local_host
+from tests.fake_engine_repo import fake_engine, make_repo
+
+WORKLOAD = core.WorkloadConfig(output_len=32, concurrency=2, requests=8, warmup_requests=1)
+SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0)
+
+
+def ssh_host(sshd, tmp_path: Path, **extra) -> core.SshHost:
+    return core.open_host("loopback", sshd.host_config(workdir=str(tmp_path / "remote"), **extra), tmp_path)
+
+
+def processes_with(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+async def wait_until(predicate, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.1)
+    return predicate()
+
+
+async def test_arguments_reach_the_host_literally(sshd, tmp_path):
+    canary = tmp_path / "canary"
+    text = f"x; touch {canary} $(touch {canary}) `touch {canary}` 'quoted' \"dq\" *"
+    async with ssh_host(sshd, tmp_path) as host:
+        result = await host.run(["printf", "%s", text])
+        assert (result.returncode, result.stdout) == (0, text)
+        assert not canary.exists()
+        assert (await host.run(["sh", "-c", "exit 3"])).returncode == 3
+        assert (await host.run(["no-such-program-xyz"])).returncode == 127
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+async def test_a_hanging_command_hits_its_timeout_and_its_group_is_gone(sshd, tmp_path, kind):
+    marker = f"hang-{uuid.uuid4().hex}"
+    host = ssh_host(sshd, tmp_path) if kind == "ssh" else local_host(tmp_path)
+    async with host:
+        # the command starts a child of its own, as engines do: both must go
+        sleeper = "python3 -c 'import time; time.sleep(600)'"
+        argv = ["sh", "-c", f"{sleeper} {marker}-child & exec {sleeper} {marker}"]
+        started = time.monotonic()
+        with pytest.raises(core.CommandTimeout, match="did not finish within 2 s"):
+            await host.run(argv, timeout_s=2)
+        assert time.monotonic() - started < 15
+    assert await wait_until(lambda: not processes_with(marker), 10), processes_with(marker)
+
+
+async def test_a_changed_host_key_is_refused(sshd, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
+    host = core.open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
+        update={"known_hosts": str(known)}), tmp_path)
+    with pytest.raises(core.HostError, match="host key of 127.0.0.1:.* is not the one in .*known_hosts: it changed"):
+        await host.run(["true"])
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    host = core.open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
+        update={"known_hosts": str(empty)}), tmp_path)
+    with pytest.raises(core.HostError, match="never skips the check"):
+        await host.run(["true"])
+
+
+async def test_an_unreachable_host_is_one_clear_error(tmp_path):
+    host = core.open_host("gone", core.HostConfig(ssh="root@127.0.0.1", port=1, connect_timeout_s=3), tmp_path)
+    with pytest.raises(core.HostError, match=r"cannot reach host gone \(root@127.0.0.1:1\)"):
+        await host.run(["true"])
+
+
+def recorder(tmp_path: Path) -> tuple[list[str], Path]:
+    """An exec prefix that records each command it runs (one JSON line) and then runs it."""
+    log = tmp_path / "prefix.log"
+    script = tmp_path / "record_and_exec.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"with open({str(log)!r}, 'a') as fh:\n"
+        "    fh.write(json.dumps(sys.argv[2:]) + '\\n')\n"
+        "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    )
+    return [sys.executable, str(script), "--"], log
+
+
+def request_for(repo: Path, port: int, host: core.Host, head: str = "slow") -> core.CompareRequest:
+    return core.CompareRequest(
+        engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
+        head_ref=head, base_ref=None, modes=["baseline"], settings=SETTINGS, host=host)
+
+
+async def test_a_compare_over_ssh_runs_every_command_through_the_exec_prefix(sshd, tmp_path, unused_tcp_port):
+    shas = make_repo(tmp_path / "repo")
+    prefix, log = recorder(tmp_path)
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    async with ssh_host(sshd, tmp_path, exec_prefix=prefix) as host:
+        request = request_for(tmp_path / "repo", unused_tcp_port, host)
+        shas_run = await core.resolve_refs(request)
+        store = storage.RunStore(db)
+        run_id = store.create(request, *shas_run)
+        async with host.lock({"by": "test"}):
+            result = await core.compare(request, store, shas=shas_run)
+        commands = host.commands_run
+    assert result.status == "done", result.reason
+    assert shas_run == (shas["noop"], shas["slow"])
+    assert result.verdicts["baseline"].verdict in (core.REGRESSION, core.INCONCLUSIVE)
+    recorded = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(recorded) == commands  # every command specperf ran on the host went through the prefix
+    programs = {argv[0] if argv[0] != "env" else next(w for w in argv[1:] if "=" not in w and not w.startswith("-")
+                                                       and not w.startswith("/"))
+                for argv in recorded}
+    assert {"git", "flock", "dd", "mkdir", "timeout"} <= programs | {w for a in recorded for w in a[:6]}
+    supervised = [a for a in recorded if "supervise" in a]
+    assert len(supervised) == 4  # one supervisor per launch (2 pairs)
+    stored = storage.load_run(db, run_id)
+    assert stored.run.host == "loopback" and stored.run.settings["client"] == "here, through an SSH tunnel"
+    assert all(t.status == "ok" and t.log_path.startswith(str(tmp_path / "remote/logs")) for t in stored.trials)
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+
+
+class _DropAfterLaunch(core.CompareObserver):
+    def __init__(self, sshd) -> None:
+        self.sshd = sshd
+        self.pgids: list[int] = []
+        self.dropped = 0
+
+    def trial_launched(self, arm, seq, process) -> None:
+        self.pgids.append(process.pgid)
+        asyncio.get_running_loop().call_later(4.0, self._drop)
+
+    def _drop(self) -> None:
+        self.dropped = self.sshd.drop_connections()
+
+
+async def test_a_connection_dropped_mid_trial_leaves_no_engine_and_a_failed_run(sshd, tmp_path, unused_tcp_port):
+    make_repo(tmp_path / "repo")
+    long = core.WorkloadConfig(output_len=2000, concurrency=2, requests=50, warmup_requests=0)
+    async with ssh_host(sshd, tmp_path) as host:
+        request = request_for(tmp_path / "repo", unused_tcp_port, host)
+        request.workload = long
+        observer = _DropAfterLaunch(sshd)
+        started = time.monotonic()
+        result = await core.compare(request, observer)
+        assert observer.dropped >= 1 and len(observer.pgids) == 1
+        assert result.status == "failed"
+        assert "connection to host loopback was lost" in result.reason
+        assert time.monotonic() - started < 60
+        # the supervisor saw its channel close and stopped the engine's group on the host
+        assert await wait_until(lambda: group_members(observer.pgids[0]) == [], 20)
+        # the host is usable again: the next command opens a new connection
+        assert (await host.run(["true"])).returncode == 0
+
+
+async def test_the_host_lock_makes_a_second_compare_wait_or_fail(tmp_path):
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    home = tmp_path / "home"
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.fake]\nkind = "command"\nrepo = "{repo}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
+        'command = ["{python}", "-m", "fake_engine", "--port", "{port}"]\nport = 1\n'
+        f'env = {{ PYTHONPATH = "{ROOT}" }}\n[engines.fake.modes]\nbaseline = []\n'
+    )
+    env = {**os.environ, "SPECPERF_HOME": str(home)}
+    async with local_host(home / "work") as host, host.lock({"by": "a test", "doing": "holding the host"}):
+        busy = subprocess.run([*SPECPERF, "--config", str(config), "compare", "slow", "--no-wait"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert busy.returncode == 5, busy.stderr
+        assert "host local is busy with another experiment (by a test, doing holding the host" in busy.stderr
+        waiting = subprocess.Popen([*SPECPERF, "--config", str(config), "compare", "slow"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = waiting.stdout.readline()
+        assert "is busy with another experiment" in line and "waiting for it to finish" in line
+        waiting.send_signal(signal.SIGINT)
+        assert waiting.wait(30) == 130
+    # nothing was recorded for the refused runs
+    assert storage.list_runs(storage.open_database(f"sqlite:///{home}/specperf.db"), None, 10) == []
+
+
+def hold_device(device: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """A process that holds ``device`` open, as a CUDA process holds /dev/nvidia0."""
+    return subprocess.Popen([sys.executable, "-c", f"f = open({str(device)!r}); import time; time.sleep(600)"],
+                            stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+async def test_gpu_hygiene_refuses_foreign_holders_cleans_ours_and_force_cleans(sshd, tmp_path):
+    device = tmp_path / "nvidia0"
+    device.write_text("")
+    async with ssh_host(sshd, tmp_path, device_paths=[str(tmp_path / "nvidia[0-9]*")]) as host:
+        logs = Path(host.workdir) / "logs"
+        logs.mkdir(parents=True)
+        with open(logs / "left-behind.log", "wb") as log:
+            ours = hold_device(device, stdout=log)  # an engine of a crashed run: its output goes to our logs
+        foreign = hold_device(device)
+        try:
+            await asyncio.sleep(0.5)
+            holders = {h.pid: h for h in await core.gpu_holders(host)}
+            assert holders[ours.pid].kind == "ours" and holders[foreign.pid].kind == "foreign"
+            with pytest.raises(core.HostBusyError) as refused:
+                await core.clean_gpus(host)
+            message = str(refused.value)
+            assert f"pid {foreign.pid} (root)" in message and "time.sleep(600)" in message
+            assert "--force-clean" in message and f"pid {ours.pid}" not in message
+            assert foreign.poll() is None and ours.poll() is None  # refusing touches nothing
+            done = await core.clean_gpus(host, force_clean=True, grace_s=2)
+            assert any(f"leftover engine of specperf (process group {ours.pid})" in line for line in done)
+            assert any(f"foreign GPU process (--force-clean): pid {foreign.pid}" in line for line in done)
+            assert ours.wait(10) is not None and foreign.wait(10) is not None
+            assert await core.gpu_holders(host) == []
+        finally:
+            for proc in (ours, foreign):
+                if proc.poll() is None:
+                    proc.kill()
+
+
+async def test_nvml_processes_in_the_snapshot_are_holders_too(tmp_path):
+    (tmp_path / "x").write_text("")
+    foreign = hold_device(tmp_path / "x")
+    snapshot = {"gpu": {"available": True, "devices": [{"index": 0, "processes": [
+        {"pid": foreign.pid, "memory_mib": 1024, "user": "root", "command": "python"},
+        {"pid": 4_000_000, "memory_mib": 512, "user": None, "command": None}]}]}}
+    try:
+        async with local_host(tmp_path / "work") as host:
+            holders = {h.pid: h for h in await core.gpu_holders(host, snapshot)}
+        assert holders[foreign.pid].kind == "foreign" and holders[foreign.pid].source == "nvml"
+        assert "time.sleep(600)" in holders[foreign.pid].cmdline
+        # a pid NVML sees but this namespace does not (another container): foreign, command unknown
+        assert holders[4_000_000].kind == "foreign" and holders[4_000_000].line.endswith("command unknown")
+    finally:
+        foreign.kill()
+
+
+async def test_specperf_compare_over_ssh_from_the_cli(sshd, tmp_path, unused_tcp_port):
+    repo = tmp_path / "repo"
+    shas = make_repo(repo)
+    cfg = sshd.host_config()
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[hosts.box]\nssh = "root@127.0.0.1"\nport = {cfg.port}\nknown_hosts = "{cfg.known_hosts}"\n'
+        f'identity_file = "{cfg.identity_file}"\nworkdir = "{tmp_path}/remote"\n'
+        f'[engines.fake]\nkind = "command"\nrepo = "{repo}"\nsource_dir = "src"\nsource_package = "fake_engine"\n'
+        f'python = "{sys.executable}"\ncommand = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\n'
+        f'port = {unused_tcp_port}\nstop_grace_s = 3\nenv = {{ PYTHONPATH = "{ROOT}" }}\n'
+        '[engines.fake.modes]\nbaseline = []\n'
+        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        '[workloads.default]\noutput_len = 32\nrequests = 8\nconcurrency = 2\nwarmup_requests = 1\n'
+    )
+    env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
+    out = subprocess.run([*SPECPERF, "--config", str(config), "compare", "slow", "--host", "box",
+                          "--json", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"host box (ssh root@127.0.0.1:{cfg.port}; the benchmark client runs here, through an SSH tunnel)" in out.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["modes"]["baseline"]["verdict"]["n_pairs"] == 2
+    assert (tmp_path / "remote/worktrees" / shas["slow"]).is_dir()  # worktrees live on the host
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/home/specperf.db"), report["run_id"])
+    assert stored.run.host == "box" and stored.run.status == "done"
