@@ -10,6 +10,7 @@ file errors exit 2 like other errors.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -235,14 +236,19 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     async with open_host(config, host) as target:
         with console.status(f"probing {host} ({target.where}) with {python}"):
             snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target)
+            holders = await core.gpu_holders(target, snapshot)
     checks = core.run_checks(snapshot, under_load=args.under_load)
     console.print(f"env snapshot of host {host} with {label} ({python}): "
                   f"{snapshot['kind']} probe, {snapshot['wall_s']:.2f} s")
     print_snapshot(console, snapshot, checks, args.under_load)
+    for holder in holders:
+        console.print(f"GPU holder ({holder.kind}, seen through {holder.source}): {holder.line}", markup=False,
+                      highlight=False)
     out = Path(args.json) if args.json else data_dir() / "env" / (
         f"env-{host}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"snapshot": snapshot, "checks": [c.to_dict() for c in checks],
+                               "gpu_holders": [dataclasses.asdict(h) for h in holders],
                                "under_load": args.under_load}, indent=2))
     console.print(f"snapshot written to {out}")
     return 0

@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 import core
-from bot._common import data_dir, fmt, load, pick, pin_client
+from bot._common import data_dir, fmt, load, open_host, owner, pick, pin_client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--mode", default="baseline", help="mode name from the engine's modes (default: baseline)")
     m.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
     m.add_argument("--json", help="where to write the JSON result (default: the data directory)")
+    m.add_argument("--host", help="host to run the engine on (default: the engine's host from the config)")
+    m.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
     m.set_defaults(run=run)
 
 
@@ -63,14 +65,17 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     engine, workload = config.engine(engine_name), config.workload(workload_name)
     pin_client(config, console)
     home = data_dir()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
-        task = progress.add_task(f"starting {engine_name} ({args.mode})", total=workload.requests)
-        trial = await core.measure(
-            engine_name, engine, args.mode, workload_name, workload, str(home / "logs"),
-            on_ready=lambda s: progress.update(task, description=f"ready in {s:.0f} s; measuring"),
-            on_request_done=lambda r: progress.advance(task),
-        )
+    async with open_host(config, args.host or engine.host) as host, \
+            host.lock(owner(f"measure {engine_name} {args.mode}"), wait=not args.no_wait,
+                      on_wait=lambda message: console.print(message, markup=False, highlight=False)):
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            task = progress.add_task(f"starting {engine_name} ({args.mode}) on host {host.name}", total=workload.requests)
+            trial = await core.measure(
+                engine_name, engine, args.mode, workload_name, workload, f"{host.workdir}/logs", host=host,
+                on_ready=lambda s: progress.update(task, description=f"ready in {s:.0f} s; measuring"),
+                on_request_done=lambda r: progress.advance(task),
+            )
     print_trial(console, trial)
     out = Path(args.json) if args.json else home / "results" / (
         f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")

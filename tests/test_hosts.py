@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -281,3 +282,61 @@ async def test_specperf_compare_over_ssh_from_the_cli(sshd, tmp_path, unused_tcp
     assert (tmp_path / "remote/worktrees" / shas["slow"]).is_dir()  # worktrees live on the host
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/home/specperf.db"), report["run_id"])
     assert stored.run.host == "box" and stored.run.status == "done"
+
+
+@pytest.fixture(scope="module")
+def netns_sshd():
+    """A second host: sshd inside a network namespace of its own (where this machine allows)."""
+    from tests.ssh_server import NetnsUnavailable, SshServer
+
+    try:
+        server = SshServer(netns=True)
+    except NetnsUnavailable as exc:
+        pytest.skip(f"this machine does not allow network namespaces: {exc}")
+    yield server
+    server.close()
+
+
+async def test_a_second_host_in_its_own_network_namespace(netns_sshd, tmp_path, unused_tcp_port):
+    make_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(tmp_path / "repo"), "checkout", "-q", "base"], check=True)  # HEAD is broken
+    async with core.open_host("netns", netns_sshd.host_config(workdir=str(tmp_path / "remote")), tmp_path) as host:
+        engine = fake_engine(tmp_path / "repo", unused_tcp_port, ROOT)
+        argv = core.adapter_for(engine).launch_argv("baseline")
+        tree = f"{tmp_path}/repo"
+        async with host.launch("fake", argv, {**engine.env, "PYTHONPATH": f"{tree}/src:{ROOT}"},
+                               f"{host.workdir}/logs/x.log", tree, 3) as process, host.forward(unused_tcp_port) as url:
+            await core.adapter_for(engine).wait_ready(httpx.AsyncClient(base_url=url), 20,
+                                                      lambda: process.returncode, process.log_tail)
+            # the engine listens on the namespace's loopback: reachable through the tunnel only
+            assert await process.holds_port(unused_tcp_port) is True
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"http://127.0.0.1:{unused_tcp_port}/health", timeout=2)
+        result = await core.compare(request_for(tmp_path / "repo", unused_tcp_port, host))
+    assert result.status == "done", result.reason
+    assert len(result.trials["baseline"]["head"]) == 2
+
+
+def test_specperf_env_probes_an_ssh_host_and_lists_its_gpu_holders(sshd, tmp_path):
+    device = tmp_path / "nvidia0"
+    device.write_text("")
+    cfg = sshd.host_config()
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[hosts.box]\nssh = "root@127.0.0.1"\nport = {cfg.port}\nknown_hosts = "{cfg.known_hosts}"\n'
+        f'identity_file = "{cfg.identity_file}"\nworkdir = "{tmp_path}/remote"\npython = "{sys.executable}"\n'
+        f'device_paths = ["{tmp_path}/nvidia[0-9]*"]\n'
+    )
+    holder = hold_device(device)
+    try:
+        out = subprocess.run([*SPECPERF, "--config", str(config), "env", "--host", "box", "--cheap",
+                              "--json", str(tmp_path / "env.json")],
+                             env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+    assert out.returncode == 0, out.stderr
+    assert "env snapshot of host box" in out.stdout
+    assert f"GPU holder (foreign, seen through device): pid {holder.pid} (root)" in out.stdout
+    doc = json.loads((tmp_path / "env.json").read_text())
+    assert doc["snapshot"]["kind"] == "cheap" and doc["gpu_holders"][0]["pid"] == holder.pid
