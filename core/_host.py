@@ -223,7 +223,10 @@ class Host(ABC):
             proc = await self.spawn(["flock", "--nonblock", path, "sh", "-c", "echo locked; exec cat"])
             if (await proc.readline()).strip() == "locked":
                 break
-            await proc.wait()
+            status = await proc.wait()
+            if status != 1:  # flock's answer for "held by someone else"
+                raise HostError(f"cannot take the lock of host {self.name}: flock {path} ended with status "
+                                f"{status} (is util-linux's flock installed there, and {self.workdir} writable?)")
             holder = await self._lock_owner(path)
             message = f"host {self.name} is busy with another experiment ({holder})"
             if not wait:
@@ -494,6 +497,8 @@ class _SshEngine(EngineHandle):
         self.supervisor.write("stop\n")
         try:
             await asyncio.wait_for(self._stopped.wait(), grace_s + 15)
+        except asyncio.TimeoutError:
+            pass  # closing the channel below makes the supervisor stop the group by itself
         finally:
             self.supervisor.close()
             self._reader.cancel()
