@@ -145,13 +145,15 @@ async def test_a_compare_over_ssh_runs_every_command_through_the_exec_prefix(ssh
     assert all(group_members(t.pgid) == [] for t in stored.trials)
 
 
-class _DropAfterLaunch(core.CompareObserver):
-    def __init__(self, sshd) -> None:
+class _DropAfterLaunch(storage.RunStore):
+    def __init__(self, db, sshd) -> None:
+        super().__init__(db)
         self.sshd = sshd
         self.pgids: list[int] = []
         self.dropped = 0
 
     def trial_launched(self, arm, seq, process) -> None:
+        super().trial_launched(arm, seq, process)
         self.pgids.append(process.pgid)
         asyncio.get_running_loop().call_later(4.0, self._drop)
 
@@ -165,13 +167,19 @@ async def test_a_connection_dropped_mid_trial_leaves_no_engine_and_a_failed_run(
     async with ssh_host(sshd, tmp_path) as host:
         request = request_for(tmp_path / "repo", unused_tcp_port, host)
         request.workload = long
-        observer = _DropAfterLaunch(sshd)
+        db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+        observer = _DropAfterLaunch(db, sshd)
+        shas = await core.resolve_refs(request)
+        run_id = observer.create(request, *shas)
         started = time.monotonic()
-        result = await core.compare(request, observer)
+        result = await core.compare(request, observer, shas=shas)
         assert observer.dropped >= 1 and len(observer.pgids) == 1
         assert result.status == "failed"
         assert "connection to host loopback was lost" in result.reason
         assert time.monotonic() - started < 60
+        stored = storage.load_run(db, run_id)  # the run says what happened, nothing is left 'running'
+        assert stored.run.status == "failed" and "connection to host loopback was lost" in stored.run.reason
+        assert [t.status for t in stored.trials] == ["failed"] and stored.trials[0].pgid == observer.pgids[0]
         # the supervisor saw its channel close and stopped the engine's group on the host
         assert await wait_until(lambda: group_members(observer.pgids[0]) == [], 20)
         # the host is usable again: the next command opens a new connection
