@@ -90,17 +90,25 @@ def stop_recorded_group(pgid, log_path, grace_s):
     return True
 
 
+def pid_alive(pid):
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc: it answered the signal, so it exists
+
+
 def stop_pid(pid, grace_s):
     """SIGTERM ``pid``, wait ``grace_s`` s, SIGKILL; whether a process was there to stop."""
     def alive():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        with open("/proc/%d/stat" % pid) as fh:  # a zombie counts as gone
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+        return pid_alive(pid)
     if not alive():
         return False
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):

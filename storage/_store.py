@@ -12,6 +12,7 @@ from sqlmodel import Session, select
 
 from core import Arm as CoreArm
 from core import CompareObserver, CompareRequest, CompareResult, TrialResult, Verdict
+from core._host_agent import pid_alive
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 
 
@@ -173,14 +174,6 @@ def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -
         return [(run, list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run.id)))) for run in runs]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def abandoned_runs(engine: Engine) -> list[tuple[Run, list[Trial]]]:
@@ -191,7 +184,7 @@ def abandoned_runs(engine: Engine) -> list[tuple[Run, list[Trial]]]:
         found = []
         for run in session.exec(select(Run).where(Run.status == "running")):
             owner = (run.settings or {}).get("owner") or {}
-            if owner.get("host") == host and owner.get("pid") and not _alive(owner["pid"]):
+            if owner.get("host") == host and owner.get("pid") and not pid_alive(owner["pid"]):
                 trials = list(session.exec(select(Trial).where(Trial.run_id == run.id, Trial.status == "running")))
                 found.append((run, trials))
         return found
