@@ -15,6 +15,8 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
+    triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
+    TriageModelRule, TriageDefault
     GitError, BuildError, stop_recorded_group
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError
@@ -39,6 +41,12 @@ from core._config import (
     EngineConfig,
     HostConfig,
     StorageConfig,
+    TriageArea,
+    TriageConfig,
+    TriageDefault,
+    TriageGate,
+    TriageModelRule,
+    TriageRules,
     WorkloadConfig,
     load_config,
     parse_config,
@@ -87,6 +95,7 @@ from core._stats import (
     speedup,
     speedup_change,
 )
+from core._triage import FileTriage, TriageEntry, TriageReport, triage
 from core._worktree_engine import BuildError
 
 __all__ = [
@@ -101,6 +110,8 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
+    "triage", "TriageReport", "TriageEntry", "FileTriage", "TriageConfig", "TriageRules", "TriageArea", "TriageGate",
+    "TriageModelRule", "TriageDefault",
     "GitError", "BuildError", "stop_recorded_group",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",

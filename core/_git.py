@@ -94,3 +94,60 @@ def worktree(repo: str | Path, sha: str, workdir: Path) -> Path:
             errors = [line for line in result.stderr.splitlines() if line.startswith(("fatal", "error"))]
             raise GitError(f"git worktree add of {sha[:12]} failed: {' '.join(errors) or result.stderr[-300:]}")
     return path
+
+
+def first_parent_range(repo: str | Path, good: str, bad: str) -> list[str]:
+    """The commits after ``good`` up to ``bad`` along ``bad``'s first-parent line, oldest first.
+
+    Both are full SHAs (see :func:`resolve_commit`). The last element is ``bad``; the first
+    element's first parent is ``good``.
+
+    Raises:
+        GitError: ``good`` is not an ancestor of ``bad``, ``good`` is not on ``bad``'s
+            first-parent line (it was merged in from a side branch), or the range is empty.
+    """
+    if good == bad:
+        raise GitError(f"good and bad are the same commit ({good[:12]}): the range is empty")
+    if _git(repo, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
+        raise GitError(f"good {good[:12]} is not an ancestor of bad {bad[:12]}; give the older commit first")
+    shas = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").stdout.split()
+    if not shas:
+        raise GitError(f"no commits between good {good[:12]} and bad {bad[:12]}")
+    if first_parent(repo, shas[0]) != good:
+        raise GitError(f"good {good[:12]} is not on the first-parent line of bad {bad[:12]} "
+                       "(it was merged from a side branch); pick a commit on the main line")
+    return shas
+
+
+def commit_summary(repo: str | Path, sha: str) -> tuple[str, str]:
+    """(subject, committer date in ISO 8601) of the commit ``sha``."""
+    out = _git(repo, "show", "-s", "--format=%s%x00%cI", sha).stdout.rstrip("\n")
+    subject, _, date = out.partition("\x00")
+    return subject, date
+
+
+def diff_u0(repo: str | Path, parent: str, sha: str) -> str:
+    """``git diff -U0`` between two commits (no renames, no colour, no external diff)."""
+    return _git(repo, "diff", "-U0", "--no-color", "--no-ext-diff", "--no-renames", parent, sha, "--").stdout
+
+
+def file_at(repo: str | Path, sha: str, path: str) -> str | None:
+    """The text of ``path`` at commit ``sha``, or ``None`` if it does not exist there (or is not UTF-8)."""
+    result = subprocess.run(["git", "-C", str(repo), "show", f"{sha}:{path}"], capture_output=True, check=False)
+    if result.returncode != 0:
+        return None
+    try:
+        return result.stdout.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def files_naming(repo: str | Path, sha: str, words: list[str], folder: str) -> list[str]:
+    """Paths under ``folder`` at commit ``sha`` whose text contains any of ``words`` (fixed strings)."""
+    if not words:
+        return []
+    args = ["grep", "-l", "-F"]
+    for word in words:
+        args += ["-e", word]
+    result = _git(repo, *args, sha, "--", folder, check=False)
+    return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]
