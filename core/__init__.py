@@ -15,6 +15,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
+    bisect, BisectRequest, BisectResult, BisectStep, BisectObserver
     triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
     TriageModelRule, TriageDefault
     GitError, BuildError, stop_recorded_group
@@ -22,6 +23,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     InvalidSampleError
 """
 
+from core._bisect import BisectObserver, BisectRequest, BisectResult, BisectStep, bisect
 from core._checks import Check, CheckStatus, run_checks, worst
 from core._compare import (
     Arm,
@@ -110,6 +112,7 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
+    "bisect", "BisectRequest", "BisectResult", "BisectStep", "BisectObserver",
     "triage", "TriageReport", "TriageEntry", "FileTriage", "TriageConfig", "TriageRules", "TriageArea", "TriageGate",
     "TriageModelRule", "TriageDefault",
     "GitError", "BuildError", "stop_recorded_group",

@@ -1,0 +1,108 @@
+"""``specperf bisect GOOD BAD``: find the commit of a regression with compares (core._bisect),
+recording the bisect run and each step's compare run, printing progress as it goes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+import core
+import storage
+from bot._cmd_compare import _ConsoleStore, _reconcile, _settings
+from bot._cmd_triage import engine_and_rules
+from bot._common import data_dir, database, load, pick, pin_client
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bisect`` to ``sub``."""
+    b = sub.add_parser("bisect", help="find the commit between GOOD and BAD that made a mode slower")
+    b.add_argument("good", help="the last good commit (SHA, branch or tag)")
+    b.add_argument("bad", help="the first known bad commit; GOOD must be an ancestor on its first-parent line")
+    b.add_argument("--mode", help="the mode to bisect (default: baseline, else the engine's first mode)")
+    b.add_argument("--engine", help="engine name from the config (default: the only one)")
+    b.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
+    b.add_argument("--min-trials", type=int, help="launches per arm before a verdict, per compare")
+    b.add_argument("--max-trials", type=int, help="launches per arm at most, per compare (INCONCLUSIVE retries double it)")
+    b.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
+    b.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
+    b.add_argument("--json", help="also write the bisect report as JSON here")
+    b.set_defaults(run=run_bisect)
+
+
+class _ConsoleBisectStore(storage.BisectStore):
+    """Records the bisect and prints each step as it ends."""
+
+    def __init__(self, db, request: core.BisectRequest, console: Console) -> None:
+        super().__init__(db, request, compare_store=lambda engine: _ConsoleStore(engine, console))
+        self.console = console
+
+    def started(self, good_sha, bad_sha, commits) -> None:
+        super().started(good_sha, bad_sha, commits)
+        self.console.print(f"bisect run {self.run_id}: {len(commits)} commits after {good_sha[:12]} up to "
+                           f"{bad_sha[:12]}, mode {self.request.mode}", markup=False, highlight=False)
+
+    def progress(self, message: str) -> None:
+        self.console.print(Text(message, style="bold"))
+
+    def step_finished(self, step: core.BisectStep) -> None:
+        super().step_finished(step)
+        self.console.print(f"step {step.number} ({step.kind}) {step.head_sha[:12]}: {step.evidence()} -> {step.outcome}",
+                           markup=False, highlight=False)
+
+
+def _mode(args: argparse.Namespace, config: core.Config, engine: core.EngineConfig, name: str) -> str:
+    if args.mode:
+        if args.mode not in engine.modes:
+            raise core.ConfigError(f"engine {name!r} has no mode {args.mode!r} (its modes: {', '.join(engine.modes)})")
+        return args.mode
+    return "baseline" if "baseline" in engine.modes else next(iter(engine.modes))
+
+
+def print_bisect(console: Console, result: core.BisectResult, run_ids: dict[int, int] | None = None) -> None:
+    """The steps as a table (``run_ids``: step number -> its compare run), then the outcome and the spend."""
+    table = Table(title=f"bisect of {len(result.commits)} commits, mode {result.mode}")
+    for column in ("step", "kind", "commit", "#", "against", "evidence", "compare run", "outcome"):
+        table.add_column(column, overflow="fold")
+    for step in result.steps:
+        run_id = (run_ids or {}).get(step.number)
+        table.add_row(str(step.number), step.kind, step.head_sha[:12], str(step.position), step.base_sha[:12],
+                      escape(step.evidence()), str(run_id or "-"), escape(step.outcome))
+    console.print(table)
+    style = {"found": "bold red", "ambiguous": "bold yellow"}.get(result.status, "bold")
+    console.print(Text(result.status.upper(), style=style) + Text(f": {result.message}"))
+    if line := result.triage_line():
+        console.print(f"triage: {line}", markup=False, highlight=False)
+    console.print(f"spent {result.compares} compare{'s' if result.compares != 1 else ''} "
+                  f"(a clean bisect of {len(result.commits)} commits needs at most {result.max_compares}) "
+                  f"and {result.trials} engine launches", markup=False, highlight=False)
+
+
+async def run_bisect(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf bisect``: 0 when it names a culprit or finds nothing to bisect, 3 when
+    good or bad cannot be measured (bad refs raise git errors before anything runs)."""
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
+        raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
+    config = load(args.config)
+    name, engine, rules = engine_and_rules(config, args.engine)
+    workload_name = pick(config.workloads, args.workload, "workload", default="default")
+    request = core.BisectRequest(
+        engine_name=name, engine=engine, workload_name=workload_name, workload=config.workload(workload_name),
+        good_ref=args.good, bad_ref=args.bad, mode=_mode(args, config, engine, name),
+        settings=_settings(args, config), workdir=data_dir() / "work", triage_rules=rules,
+    )
+    db = database(config, args.db)
+    _reconcile(db, console)
+    store = _ConsoleBisectStore(db, request, console)
+    pin_client(config, console)
+    result = await core.bisect(request, store)
+    print_bisect(console, result, store.compare_runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"run_id": store.run_id, **result.to_dict()}, indent=2))
+        console.print(f"report: {args.json}", markup=False)
+    return 3 if result.status == "failed" else 0
