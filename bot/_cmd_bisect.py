@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 import core
@@ -17,6 +15,7 @@ import storage
 from bot._cmd_compare import _ConsoleStore, _reconcile, _settings
 from bot._cmd_triage import engine_and_rules
 from bot._common import data_dir, database, load, pick, pin_client
+from bot._report_view import print_bisect
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,25 +63,6 @@ def _mode(args: argparse.Namespace, config: core.Config, engine: core.EngineConf
     return "baseline" if "baseline" in engine.modes else next(iter(engine.modes))
 
 
-def print_bisect(console: Console, result: core.BisectResult, run_ids: dict[int, int] | None = None) -> None:
-    """The steps as a table (``run_ids``: step number -> its compare run), then the outcome and the spend."""
-    table = Table(title=f"bisect of {len(result.commits)} commits, mode {result.mode}")
-    for column in ("step", "kind", "commit", "#", "against", "evidence", "compare run", "outcome"):
-        table.add_column(column, overflow="fold")
-    for step in result.steps:
-        run_id = (run_ids or {}).get(step.number)
-        table.add_row(str(step.number), step.kind, step.head_sha[:12], str(step.position), step.base_sha[:12],
-                      escape(step.evidence()), str(run_id or "-"), escape(step.outcome))
-    console.print(table)
-    style = {"found": "bold red", "ambiguous": "bold yellow"}.get(result.status, "bold")
-    console.print(Text(result.status.upper(), style=style) + Text(f": {result.message}"))
-    if line := result.triage_line():
-        console.print(f"triage: {line}", markup=False, highlight=False)
-    console.print(f"spent {result.compares} compare{'s' if result.compares != 1 else ''} "
-                  f"(a clean bisect of {len(result.commits)} commits needs at most {result.max_compares}) "
-                  f"and {result.trials} engine launches", markup=False, highlight=False)
-
-
 async def run_bisect(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf bisect``: 0 when it names a culprit or finds nothing to bisect, 3 when
     good or bad cannot be measured (bad refs raise git errors before anything runs)."""
@@ -101,8 +81,11 @@ async def run_bisect(args: argparse.Namespace, console: Console) -> int:
     store = _ConsoleBisectStore(db, request, console)
     pin_client(config, console)
     result = await core.bisect(request, store)
-    print_bisect(console, result, store.compare_runs)
+    report = {"run_id": store.run_id, **result.to_dict()}
+    for step in report["steps"]:
+        step["compare_run_id"] = store.compare_runs.get(step["number"])
+    print_bisect(console, report)
     if args.json:
-        Path(args.json).write_text(json.dumps({"run_id": store.run_id, **result.to_dict()}, indent=2))
+        Path(args.json).write_text(json.dumps(report, indent=2))
         console.print(f"report: {args.json}", markup=False)
     return 3 if result.status == "failed" else 0

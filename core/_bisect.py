@@ -88,8 +88,8 @@ class BisectStep:
     result: CompareResult | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        """JSON-ready form (without the compare's trials)."""
-        return {k: v for k, v in vars(self).items() if k != "result"}
+        """JSON-ready form (without the compare's trials), with ``evidence`` as text."""
+        return {**{k: v for k, v in vars(self).items() if k != "result"}, "evidence": self.evidence()}
 
     def evidence(self) -> str:
         """``"REGRESSION -9.1% [-10.2, -8.0] p=0.029, 8 launches"`` or the failure."""
@@ -238,7 +238,8 @@ class _Bisect:
         if step.verdict != REGRESSION:
             self.finish(step, "not a regression: nothing to bisect")
             res.status = "no-regression"
-            res.message = (f"nothing to bisect: {res.bad_sha[:12]} against {good[:12]} in {res.mode} is "
+            shown = "no regression could be shown" if step.verdict == INCONCLUSIVE else "no regression"
+            res.message = (f"nothing to bisect ({shown}): {res.bad_sha[:12]} against {good[:12]} in {res.mode} is "
                            f"{step.evidence()}")
             return
         self.finish(step, f"regression confirmed; bisecting {n} commits")

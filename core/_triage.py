@@ -226,7 +226,9 @@ def parse_diff(text: str) -> list[_FileDiff]:
 
 # --- dependency pins -------------------------------------------------------------------------
 
-_REQ = re.compile(r"""^\s*["']?([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:(===|==|>=|<=|~=|!=|<|>|@)\s*([^"',;\s]+))?""")
+# a requirement line: name, optional extras, optional operator and version ("torch==2.9.1",)
+_REQ = re.compile(r"""^\s*["']?([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*"""
+                  r"""(?:(===|==|>=|<=|~=|!=|<|>|@)\s*([^"',;\s]+))?""")
 
 
 def _norm(name: str) -> str:
@@ -384,7 +386,8 @@ def conditions(tree: ast.Module, line: int) -> list[tuple[ast.expr, bool]]:
             found.append((stmt.test, bool(in_body)))
             body = stmt.body if in_body else stmt.orelse
             continue
-        blocks = [getattr(stmt, name) for name in ("body", "orelse", "finalbody") if isinstance(getattr(stmt, name, None), list)]
+        blocks = [getattr(stmt, name) for name in ("body", "orelse", "finalbody")
+                  if isinstance(getattr(stmt, name, None), list)]
         blocks += [h.body for h in getattr(stmt, "handlers", [])] + [c.body for c in getattr(stmt, "cases", [])]
         inner = next((b for b in blocks if b and b[0].lineno <= line <= (b[-1].end_lineno or line)), None)
         if inner is None:

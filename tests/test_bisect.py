@@ -106,7 +106,7 @@ def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, u
                          cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                          capture_output=True, text=True, check=False, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "NO-REGRESSION: nothing to bisect" in out.stdout and "NO CHANGE" in out.stdout
+    assert "NO-REGRESSION: nothing to bisect (no regression)" in out.stdout and "NO CHANGE" in out.stdout
     assert "spent 1 compare " in out.stdout
     report = json.loads((tmp_path / "b.json").read_text())
     assert report["status"] == "no-regression" and report["compares"] == 1 and report["culprit"] is None

@@ -272,6 +272,26 @@ def test_bad_ranges_are_one_line_errors(sglang_repo, llama):
             core.triage(path, good, bad, eng, rules)
 
 
+def test_good_merged_from_a_side_branch_is_refused(tmp_path, llama):
+    path = tmp_path / "merged"
+    path.mkdir()
+    _git(path, "init", "-q", "-b", "main")
+    for name in ("one", "two"):
+        (path / name).write_text(name)
+        _git(path, "add", "-A")
+        _git(path, "commit", "-q", "-m", name)
+    _git(path, "checkout", "-q", "-b", "side", "HEAD~1")
+    (path / "side").write_text("side")
+    _git(path, "add", "-A")
+    _git(path, "commit", "-q", "-m", "side")
+    _git(path, "checkout", "-q", "main")
+    _git(path, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    with pytest.raises(core.GitError, match="not on the first-parent line"):
+        core.triage(path, "side", "main", engine(path, llama), core.TriageConfig().rules_for("k2", "sglang"))
+    report = core.triage(path, "main~1", "main", engine(path, llama), core.TriageConfig().rules_for("k2", "sglang"))
+    assert [e.subject for e in report.entries] == ["merge side"]  # the merge, against its first parent
+
+
 def test_triage_command_prints_the_ranked_table(sglang_repo, llama, tmp_path):
     path, shas = sglang_repo
     config = tmp_path / "specperf.toml"
