@@ -362,11 +362,13 @@ def _truth(test: ast.expr, gates: list[TriageGate], states: dict[str, GateState]
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
-def conditions(tree: ast.Module, line: int) -> list[tuple[ast.expr, bool]]:
+def conditions(tree: ast.Module, line: int, span: tuple[int, int] | None = None) -> list[tuple[ast.expr, bool]]:
     """The conditions line ``line`` runs under in ``tree``: ``(test, must_hold)`` pairs from
     enclosing ``if``/``while`` blocks (``False`` in their ``else``) and from earlier
     early-exit guards in the same blocks (``if X: return`` gives ``(X, False)``). A line in
-    a test itself gets no condition from that test."""
+    a test itself gets no condition from that test (changing a test changes behaviour),
+    unless the whole ``if`` without ``else`` lies in ``span`` (the hunk's lines, first and
+    last): a block added or removed whole runs only when its test holds."""
     found: list[tuple[ast.expr, bool]] = []
     body: list[ast.stmt] = tree.body
     while True:
@@ -381,9 +383,12 @@ def conditions(tree: ast.Module, line: int) -> list[tuple[ast.expr, bool]]:
                 found.append((earlier.test, False))
         if isinstance(stmt, (ast.If, ast.While)):
             if stmt.test.lineno <= line <= (stmt.test.end_lineno or stmt.test.lineno):
+                whole = span is not None and span[0] <= stmt.lineno and (stmt.end_lineno or line) <= span[1]
+                if whole and not stmt.orelse:
+                    found.append((stmt.test, True))
                 return found
-            in_body = stmt.body and stmt.body[0].lineno <= line <= (stmt.body[-1].end_lineno or line)
-            found.append((stmt.test, bool(in_body)))
+            in_body = not stmt.orelse or line <= (stmt.body[-1].end_lineno or line)
+            found.append((stmt.test, in_body))
             body = stmt.body if in_body else stmt.orelse
             continue
         blocks = [getattr(stmt, name) for name in ("body", "orelse", "finalbody")
@@ -395,10 +400,10 @@ def conditions(tree: ast.Module, line: int) -> list[tuple[ast.expr, bool]]:
         body = inner
 
 
-def _dead(tree: ast.Module, line: int, gates: list[TriageGate],
+def _dead(tree: ast.Module, line: int, span: tuple[int, int], gates: list[TriageGate],
           modes: dict[str, dict[str, GateState]]) -> tuple[bool, set[str], set[str]]:
     """(no mode runs ``line``, gates that make it dead, gates it runs under that are on)."""
-    conds = conditions(tree, line)
+    conds = conditions(tree, line, span)
     dead_by, live_under = set(), set()
     for states in modes.values():
         mode_dead = False
@@ -582,14 +587,16 @@ def _triage_file(repo: str, parent: str, sha: str, diff: _FileDiff, rules: Triag
     dead_by_all: set[str] = set()
     live_gates: set[str] = set()
     for hunk in diff.hunks:
-        lines = [(new_tree, n) for n in range(hunk.new_start, hunk.new_start + hunk.new_count)]
-        lines += [(old_tree, n) for n in range(hunk.old_start, hunk.old_start + hunk.old_count)]
+        new_span = (hunk.new_start, hunk.new_start + hunk.new_count - 1)
+        old_span = (hunk.old_start, hunk.old_start + hunk.old_count - 1)
+        lines = [(new_tree, n, new_span) for n in range(new_span[0], new_span[1] + 1)]
+        lines += [(old_tree, n, old_span) for n in range(old_span[0], old_span[1] + 1)]
         hunk_dead, hunk_by = bool(lines), set()
-        for tree, number in lines:
+        for tree, number, span in lines:
             if tree is None:
                 hunk_dead = False
                 break
-            dead, by, live = _dead(tree, number, rules.gates, modes)
+            dead, by, live = _dead(tree, number, span, rules.gates, modes)
             live_gates |= live
             if not dead:
                 hunk_dead = False

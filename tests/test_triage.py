@@ -80,9 +80,9 @@ EAGLE_WORKER = '''from sglang.srt.environ import envs
 
 
 class EAGLEWorker:
-    def forward_batch(self, batch):
+    def forward_batch(self, batch):{spec}
         if envs.SGLANG_ENABLE_SPEC_V2.get():
-            return self._overlapped(batch){spec}
+            return self._overlapped(batch)
         return self._plain(batch)
 '''
 
@@ -130,7 +130,8 @@ COMMITS = [
     ("default", "server_args: piecewise CUDA graph on by default", {"server_args": SERVER_ARGS_NEW}),
     ("ar-new", "all-reduce: chunk large tensors in the graph-safe path",
      {"extra_in_branch": "\n            self.pynccl_comm.synchronize()\n            out = out.chunk(2)[0]"}),
-    ("specv2", "spec v2: overlap the draft", {"spec": "\n            self._drain()"}),
+    ("specv2", "spec v2: drain before overlapping (a new gated block)",
+     {"spec": "\n        if envs.SGLANG_ENABLE_SPEC_V2.get():\n            self._drain()"}),
     ("qwen", "qwen3-next: more layers", {"qwen": "\n    heads = 16"}),
 ]
 
@@ -260,6 +261,19 @@ def test_spec_v2_change_needs_its_environment_variable(sglang_repo, llama):
     assert run_triage(sglang_repo, llama)["specv2"].inert
     live = run_triage(sglang_repo, llama, env={"SGLANG_ENABLE_SPEC_V2": "1"})["specv2"]
     assert not live.inert and "env SGLANG_ENABLE_SPEC_V2=1" in live.note()
+
+
+def test_triage_rules_are_strict_config_that_extends_the_defaults():
+    config = core.parse_config('[triage.rules.sglang]\nareas = [{ name = "ours", paths = ["src/**"], weight = 90 }]\n'
+                               '[triage.rules.k2]\ndependency_packages = ["torch"]\n')
+    sglang = config.triage.rules_for("any", "sglang")
+    assert [a.name for a in sglang.areas] == ["ours"] and sglang.gates == core.TriageConfig().rules["sglang"].gates
+    assert config.triage.rules_for("k2", "sglang").dependency_packages == ["torch"]
+    assert len(config.triage.rules_for("x", "command").areas) > len(sglang.areas)  # both layouts
+    for bad in ('[triage]\nrule = {}\n', '[triage.rules.sglang]\nareas = [{ name = "a", paths = [], weight = 101 }]\n',
+                '[triage.rules.sglang.gates]\n'):
+        with pytest.raises(core.ConfigError):
+            core.parse_config(bad)
 
 
 def test_bad_ranges_are_one_line_errors(sglang_repo, llama):
