@@ -41,6 +41,7 @@ from core._config import (
 )
 
 DEPENDENCY_WEIGHT = 100.0
+OTHER_DEPENDENCY_WEIGHT = 20.0  # a dependency file that moves no watched pin
 DEFAULT_FLIP_WEIGHT = 65.0  # a commit that flips a gate's default changes what runs
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -556,6 +557,7 @@ def _triage_file(repo: str, parent: str, sha: str, diff: _FileDiff, rules: Triag
         pins = dependency_changes(diff.hunks, rules.dependency_packages)
         if pins:
             return FileTriage(path, "dependency pins", DEPENDENCY_WEIGHT, len(diff.hunks), dependencies=pins)
+        return FileTriage(path, "other dependencies", OTHER_DEPENDENCY_WEIGHT, len(diff.hunks))
     area = _area(path, rules)
     result = FileTriage(path, area.name if area else None, area.weight if area else 0.0, len(diff.hunks))
     if not result.weight:

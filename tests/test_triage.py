@@ -136,8 +136,8 @@ COMMITS = [
 ]
 
 
-def write_tree(path: Path, knobs: dict) -> None:
-    files = {
+def tree_files(knobs: dict) -> dict[str, str]:
+    return {
         "python/pyproject.toml": PYPROJECT.format(torch=knobs["torch"]),
         "python/sglang/srt/server_args.py": knobs["server_args"],
         "python/sglang/srt/distributed/parallel_state.py": PARALLEL_STATE.format(**knobs),
@@ -150,23 +150,28 @@ def write_tree(path: Path, knobs: dict) -> None:
         "python/sglang/srt/models/qwen3_next.py": QWEN3_NEXT.format(**knobs),
         "docs/README.md": f"# SGLang\n{knobs['docs']}\n",
     }
+
+
+def commit(path: Path, tag: str, subject: str, files: dict[str, str]) -> str:
+    """Write ``files`` (repo-relative path -> text) into ``path``, commit them, tag ``tag``; the SHA."""
+    if not (path / ".git").exists():
+        path.mkdir(parents=True, exist_ok=True)
+        _git(path, "init", "-q", "-b", "main")
     for name, text in files.items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
+    _git(path, "add", "-A")
+    _git(path, "commit", "-q", "-m", subject)
+    _git(path, "tag", tag)
+    return _git(path, "rev-parse", "HEAD")
 
 
 def make_sglang_repo(path: Path) -> dict[str, str]:
     """A linear repository in SGLang's layout; returns {tag: SHA} for COMMITS."""
-    path.mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
     knobs, shas = dict(KNOBS), {}
     for tag, subject, changes in COMMITS:
         knobs.update(changes)
-        write_tree(path, knobs)
-        _git(path, "add", "-A")
-        _git(path, "commit", "-q", "-m", subject)
-        _git(path, "tag", tag)
-        shas[tag] = _git(path, "rev-parse", "HEAD")
+        shas[tag] = commit(path, tag, subject, tree_files(knobs))
     return shas
 
 
@@ -261,6 +266,39 @@ def test_spec_v2_change_needs_its_environment_variable(sglang_repo, llama):
     assert run_triage(sglang_repo, llama)["specv2"].inert
     live = run_triage(sglang_repo, llama, env={"SGLANG_ENABLE_SPEC_V2": "1"})["specv2"]
     assert not live.inert and "env SGLANG_ENABLE_SPEC_V2=1" in live.note()
+
+
+MODEL_RUNNER = '''class GPUModelRunner:
+    def capture_model(self):
+        if self.model_config.enforce_eager:
+            return
+        self._capture_cudagraphs({sizes})
+
+    def execute_model(self, batch):
+        return self.model(batch){extra}
+'''
+
+
+def test_vllm_layout_enforce_eager_and_requirements(tmp_path, llama):
+    path = tmp_path / "vllm"
+    runner = "vllm/v1/worker/gpu_model_runner.py"
+    shas = {"good": commit(path, "good", "good", {runner: MODEL_RUNNER.format(sizes="[1, 2]", extra=""),
+                                                  "requirements/cuda.txt": "torch==2.8.0\nnumba==0.61\n"})}
+    shas["graphs"] = commit(path, "graphs", "capture more sizes", {runner: MODEL_RUNNER.format(sizes="[1, 2, 4]", extra="")})
+    shas["numba"] = commit(path, "numba", "bump numba", {"requirements/cuda.txt": "torch==2.8.0\nnumba==0.62\n"})
+    shas["torch"] = commit(path, "torch", "bump torch", {"requirements/cuda.txt": "torch==2.9.0\nnumba==0.62\n"})
+    shas["exec"] = commit(path, "exec", "execute: sync", {runner: MODEL_RUNNER.format(sizes="[1, 2, 4]", extra=".sync()")})
+    rules = core.TriageConfig().rules_for("tiny", "vllm")
+    for args, inert in (([], False), (["--enforce-eager"], True)):
+        eng = core.EngineConfig(kind="vllm", repo=str(path), model=llama, args=args)
+        report = core.triage(path, "good", "exec", eng, rules)
+        assert report.entries[0].sha == shas["torch"] and report.entries[0].dependencies == ["torch ==2.8.0 -> ==2.9.0"]
+        graphs = report.entry(shas["graphs"])
+        assert graphs.areas == ["model runner"] and graphs.inert is inert, graphs.line()
+        assert not report.entry(shas["exec"]).inert
+        numba = report.entry(shas["numba"])
+        assert numba.dependencies == [] and numba.areas == ["other dependencies"]  # not a watched pin
+    assert "--enforce-eager is in the arguments" in graphs.note()
 
 
 def test_triage_rules_are_strict_config_that_extends_the_defaults():
