@@ -7,7 +7,7 @@ Steps, each one compare (core._compare) of one mode with its three-way verdict:
    to bisect, and the compare is the evidence.
 2. Search the commits ``c[0..N-1]`` after good (``c[N-1]`` is bad), keeping ``lo`` (every
    commit before it is not regressed against good) and ``hi`` (regressed against good).
-   Probe the untested commit nearest the middle of ``[lo, hi)`` against good:
+   Probe the untested commit that best halves the untested commits of ``[lo, hi)`` against good:
    REGRESSION moves ``hi`` to it; NO CHANGE moves ``lo`` past it; IMPROVEMENT too (it is not
    regressed; the step says so). INCONCLUSIVE after the compare's own added rounds
    (``max_trials``) is compared once more with twice the trials; still INCONCLUSIVE, or a
@@ -180,6 +180,74 @@ class BisectObserver:
     def finished(self, result: BisectResult) -> None: ...
 
 
+class Search:
+    """The binary search over the ``n`` commits after good (indices 0..n-1; -1 is good itself),
+    with no I/O: :meth:`next` says which compare to run, :meth:`record` takes its verdict.
+
+    Invariant: every commit before ``lo`` is not regressed against good, ``hi`` is. The
+    search ends when no untested commit is left in ``[lo, hi)``; then the culprit is ``hi``,
+    or one of ``lo..hi`` when commits in between were skipped, and ``confirmed`` says whether
+    a ``pair`` compare already confirmed it against its parent.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.lo, self.hi = 0, n - 1
+        self.skipped: set[int] = set()
+        self.pair_ok = True
+        self.confirmed = False
+
+    def next(self) -> tuple[str, int, int] | None:
+        """``(kind, base index, head index)`` of the next compare (``probe``: a commit against
+        good, base -1; ``pair``: ``hi`` against its parent), or ``None`` when the search is over."""
+        untested = [i for i in range(self.lo, self.hi) if i not in self.skipped]
+        if self.confirmed or not untested:
+            return None
+        if self.pair_ok and untested == [self.hi - 1] and self.lo == self.hi - 1:
+            return "pair", self.lo, self.hi
+        # the commit that leaves the fewest untested commits on the worse side; then the one
+        # nearest the middle; then the later one (with a skipped commit this keeps a skip's
+        # extra cost to one compare: tests/test_bisect.py checks every position)
+        middle = (self.lo + self.hi) // 2
+
+        def worst_side(m: int) -> int:
+            return max(sum(1 for i in untested if i < m), sum(1 for i in untested if i > m))
+
+        return "probe", -1, min(untested, key=lambda m: (worst_side(m), abs(m - middle), -m))
+
+    def candidates(self) -> list[int]:
+        """Where the culprit is once the search is over: ``[hi]``, or the skipped commits
+        between the last good one and ``hi`` followed by ``hi``."""
+        return [self.hi] if self.confirmed else list(range(self.lo, self.hi + 1))
+
+    def record(self, kind: str, base: int, head: int, verdict: str | None, base_failed: bool = False) -> str:
+        """Take a compare's verdict (``None``: the compare failed; ``base_failed``: its base arm
+        did) and return what it means, as a sentence for the step."""
+        if kind == "pair":
+            if verdict is None and base_failed:
+                self.skipped.add(base)
+                return f"#{base + 1} fails to build or start: skipped"
+            if verdict == REGRESSION:
+                self.confirmed = True
+                return f"#{head + 1} regressed against its parent: culprit found and confirmed"
+            if verdict in (NO_CHANGE, IMPROVEMENT):
+                self.hi = base
+                return f"#{head + 1} is no worse than its parent #{base + 1}, so #{base + 1} already regressed"
+            self.pair_ok = False
+            return f"no verdict against its parent: probing #{base + 1} against good instead"
+        if verdict is None:
+            self.skipped.add(head)
+            return f"#{head + 1} fails to build or start: skipped"
+        if verdict == REGRESSION:
+            self.hi = head
+            return f"regressed: the culprit is #{head + 1} or before it"
+        if verdict in (NO_CHANGE, IMPROVEMENT):
+            self.lo = head + 1
+            extra = " (an IMPROVEMENT against good: treated as not regressed)" if verdict == IMPROVEMENT else ""
+            return f"not regressed{extra}: the culprit is after #{head + 1}"
+        self.skipped.add(head)
+        return f"#{head + 1} stays INCONCLUSIVE with more trials: skipped"
+
+
 def _launches(result: CompareResult) -> int:
     done = sum(len(trials) for by_role in result.trials.values() for trials in by_role.values())
     return done + (1 if result.status == "failed" else 0)
@@ -243,47 +311,18 @@ class _Bisect:
                            f"{step.evidence()}")
             return
         self.finish(step, f"regression confirmed; bisecting {n} commits")
-        lo, hi, skipped, pair_ok = 0, n - 1, set(), True
+        search = Search(n)
         confirmed_by: BisectStep | None = None
-        while True:
-            untested = [i for i in range(lo, hi) if i not in skipped]
-            if not untested:
-                break
-            if pair_ok and untested == [hi - 1] and lo == hi - 1:
-                step = await self.measure("pair", commits[lo], commits[hi])
-                if step.status != "done" and step.result and not step.result.trials[res.mode]["base"]:
-                    skipped.add(lo)
-                    self.finish(step, f"#{lo + 1} fails to build or start: skipped")
-                elif step.verdict == REGRESSION:
-                    self.finish(step, f"#{hi + 1} regressed against its parent: culprit found and confirmed")
-                    confirmed_by = step
-                    break
-                elif step.verdict in (NO_CHANGE, IMPROVEMENT):
-                    self.finish(step, f"#{hi + 1} is no worse than its parent #{lo + 1}, so #{lo + 1} already "
-                                      "regressed against good")
-                    hi = lo
-                else:
-                    pair_ok = False
-                    self.finish(step, f"no verdict against its parent ({step.evidence()}): probing #{lo + 1} "
-                                      "against good instead")
-                continue
-            middle = (lo + hi) // 2
-            m = min(untested, key=lambda i: (abs(i - middle), -i))
-            step = await self.measure("probe", good, commits[m])
-            if step.status != "done":
-                skipped.add(m)
-                self.finish(step, f"#{m + 1} fails to build or start: skipped")
-            elif step.verdict == REGRESSION:
-                hi = m
-                self.finish(step, f"regressed: the culprit is #{m + 1} or before it")
-            elif step.verdict in (NO_CHANGE, IMPROVEMENT):
-                lo = m + 1
-                extra = " (an IMPROVEMENT against good: treated as not regressed)" if step.verdict == IMPROVEMENT else ""
-                self.finish(step, f"not regressed{extra}: the culprit is after #{m + 1}")
-            else:
-                skipped.add(m)
-                self.finish(step, f"#{m + 1} stays INCONCLUSIVE with more trials: skipped")
-        res.candidates = [commits[i] for i in range(lo, hi + 1)]
+        while (plan := search.next()) is not None:
+            kind, base, head = plan
+            step = await self.measure(kind, good if base < 0 else commits[base], commits[head])
+            base_failed = step.status != "done" and step.result is not None and not step.result.trials[res.mode]["base"]
+            self.finish(step, search.record(kind, base, head, step.verdict if step.status == "done" else None,
+                                            base_failed))
+            if search.confirmed:
+                confirmed_by = step
+        lo, hi = search.lo, search.hi
+        res.candidates = [commits[i] for i in search.candidates()]
         res.culprit = commits[hi]
         if confirmed_by is None:
             ambiguous = len(res.candidates) > 1
@@ -304,8 +343,9 @@ class _Bisect:
         final = res.steps[-1]
         if len(res.candidates) > 1:
             res.status = "ambiguous"
-            res.message = (f"the culprit is one of {', '.join(c[:12] for c in res.candidates)}: "
-                           f"{len(res.candidates) - 1} of them could not be measured; {final.evidence()}")
+            res.message = (f"the culprit is one of {', '.join(c[:12] for c in res.candidates)}: the first "
+                           f"{len(res.candidates) - 1} could not be decided (no build, no start, or INCONCLUSIVE); "
+                           f"the last against the last good commit: {final.evidence()}")
         else:
             res.status = "found"
             res.candidates = []

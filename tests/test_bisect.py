@@ -14,6 +14,7 @@ import pytest
 
 import core
 import storage
+from core._bisect import Search
 from tests.conftest import ROOT, SPECPERF
 from tests.fake_engine_repo import bisect_commits, fake_engine, make_repo
 
@@ -70,6 +71,36 @@ async def test_bisect_names_the_planted_commit_within_the_bound(planted, tmp_pat
         assert compare_run.run.status == step["status"] == live.status
         assert [v.verdict for v in compare_run.verdicts] == ([step["verdict"]] if step["status"] == "done" else [])
         assert len(compare_run.trials) == step["trials"]
+
+
+def simulate(n: int, culprit: int, broken: int | None) -> tuple[list[int], int]:
+    """Drive the search with exact verdicts: commits from ``culprit`` on are slower, ``broken``
+    never starts. Returns (candidates, compares including the confirm and the final one)."""
+    search, compares = Search(n), 1
+    while (plan := search.next()) is not None:
+        kind, base, head = plan
+        compares += 1
+        if broken in (base, head):
+            search.record(kind, base, head, None, base_failed=base == broken)
+            continue
+        slower = head >= culprit if kind == "probe" else base < culprit <= head
+        search.record(kind, base, head, core.REGRESSION if slower else core.NO_CHANGE)
+    return search.candidates(), compares + (0 if search.confirmed else 1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 16, 17, 33])
+def test_search_finds_every_position_within_the_bound(n):
+    bound = math.ceil(math.log2(n)) + 2
+    for culprit in range(n):
+        candidates, compares = simulate(n, culprit, None)
+        assert candidates == [culprit] and compares <= bound, (n, culprit)
+        for broken in range(n - 1):  # bad itself was measured by the confirm compare
+            candidates, compares = simulate(n, culprit, broken)
+            assert compares <= bound + 1, (n, culprit, broken)  # one skip costs at most one compare
+            if broken in (culprit - 1, culprit):  # the culprit cannot be told from its untestable neighbour
+                assert culprit in candidates and broken in candidates and len(candidates) == 2, (culprit, broken)
+            else:
+                assert candidates == [culprit], (n, culprit, broken, candidates)
 
 
 @pytest.mark.parametrize(("good", "bad", "message"), [
