@@ -7,16 +7,20 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+from sqlmodel import Session, select
 
 import core
 import storage
 from core._bisect import Search
-from tests.conftest import ROOT, SPECPERF
+from tests.conftest import ROOT, SPECPERF, group_members
 from tests.fake_engine_repo import bisect_commits, fake_engine, make_repo
+from tests.test_compare import long_running_config
 
 WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=6, warmup_requests=1)  # ~1 s a launch
 SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0)
@@ -150,3 +154,30 @@ def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, u
     compare_run = storage.load_run(db, step["compare_run_id"])
     assert (compare_run.run.base_sha, compare_run.run.head_sha) == (shas["c8"], shas["c16"])
     assert [v.verdict for v in compare_run.verdicts] == [core.NO_CHANGE]
+
+
+def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unused_tcp_port):
+    path, _, _ = planted
+    config = long_running_config(tmp_path, path, unused_tcp_port)
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    proc = subprocess.Popen([*SPECPERF, "--config", str(config), "bisect", "good", "c16", "--db", url],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = storage.open_database(url)
+    pgid = None
+    for _ in range(300):
+        with Session(db) as session:
+            trial = session.exec(select(storage.Trial)).first()
+            pgid = trial.pgid if trial else None
+        if pgid:
+            break
+        time.sleep(0.1)
+    assert pgid, "no trial was launched"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert group_members(pgid) == []
+    runs = {run.kind: run for run, _ in storage.list_runs(db)}
+    assert runs["bisect"].status == "interrupted" and runs["bisect"].settings["bisect"]["outcome"] == "interrupted"
+    assert runs["compare"].status == "interrupted" and runs["compare"].settings["bisect"]["run_id"] == runs["bisect"].id
