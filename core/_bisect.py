@@ -12,7 +12,7 @@ Steps, each one compare (core._compare) of one mode with its three-way verdict:
    regressed; the step says so). INCONCLUSIVE after the compare's own added rounds
    (``max_trials``) is compared once more with twice the trials; still INCONCLUSIVE, or a
    commit that fails to build or start (compare status failed), is skipped as
-   ``git bisect skip`` does and the nearest untested commit is tried instead.
+   ``git bisect skip`` does and another untested commit is tried instead.
    When only ``hi``'s parent is left (``lo == hi - 1``), ``hi`` is compared against that
    parent instead: REGRESSION there both locates and confirms ``hi``; NO CHANGE means the
    parent already carries the regression, so it is the culprit.
@@ -20,7 +20,9 @@ Steps, each one compare (core._compare) of one mode with its three-way verdict:
    commits sit between the last good commit and the first bad one, the culprit is one of
    them or the bad one: the result lists them and the confirmation uses the last good one.
 
-Without skips or retries this is at most ``ceil(log2 N) + 2`` compares. Triage (core._triage)
+Without skips or retries this is at most ``ceil(log2 N) + 2`` compares; one skipped commit
+costs at most one more (checked for every position in ranges of up to 33 commits by
+tests/test_bisect.py), each INCONCLUSIVE retry one more. Triage (core._triage)
 runs first when rules are given, to put each step's commit in context; its ranks never
 choose what is measured, so the answer does not depend on them.
 """

@@ -500,7 +500,7 @@ class _ModelUse:
             used = set(_git.files_naming(self.repo, self.sha, list(self.identity.architectures), folder))
             todo = list(used)
             while todo:
-                source = _git.file_at(self.repo, self.sha, todo.pop())
+                source = _file_at(self.repo, self.sha, todo.pop())
                 for module in _imported_siblings(source or "", PurePosixPath(folder).name):
                     candidate = f"{folder}/{module}.py"
                     if candidate not in used:
@@ -529,6 +529,11 @@ def _imported_siblings(source: str, package: str) -> set[str]:
 
 
 # --- one commit ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=256)
+def _file_at(repo: str, sha: str, path: str) -> str | None:
+    return _git.file_at(repo, sha, path)  # a file at a commit never changes: safe to cache
+
 
 def _parse(source: str | None) -> ast.Module | None:
     if source is None:
@@ -564,7 +569,7 @@ def _triage_file(repo: str, parent: str, sha: str, diff: _FileDiff, rules: Triag
         return result
     for gate in rules.gates:
         if gate.default and gate.default.path == path and (
-                flip := default_flip(gate, _git.file_at(repo, parent, path), _git.file_at(repo, sha, path))):
+                flip := default_flip(gate, _file_at(repo, parent, path), _file_at(repo, sha, path))):
             decided = [m for m, args in mode_args.items()
                        if "by default" in gate_state(gate, args, env, None).why]
             if decided:
@@ -580,12 +585,12 @@ def _triage_file(repo: str, parent: str, sha: str, diff: _FileDiff, rules: Triag
     defaults: dict[str, str | None] = {}
     for gate in rules.gates:
         if gate.default and gate.default.path not in defaults:
-            defaults[gate.default.path] = _git.file_at(repo, sha, gate.default.path)
+            defaults[gate.default.path] = _file_at(repo, sha, gate.default.path)
     for mode, args in mode_args.items():
         modes[mode] = {g.name: gate_state(g, args, env, defaults.get(g.default.path) if g.default else None)
                        for g in rules.gates}
-    new_tree = _parse(_git.file_at(repo, sha, diff.new_path)) if diff.new_path else None
-    old_tree = _parse(_git.file_at(repo, parent, diff.old_path)) if diff.old_path else None
+    new_tree = _parse(_file_at(repo, sha, diff.new_path)) if diff.new_path else None
+    old_tree = _parse(_file_at(repo, parent, diff.old_path)) if diff.old_path else None
     dead_by_all: set[str] = set()
     live_gates: set[str] = set()
     for hunk in diff.hunks:
