@@ -15,7 +15,7 @@ from rich.text import Text
 import core
 import storage
 from bot._common import data_dir, database, load, open_host, owner, pick, pin_client
-from bot._report_view import print_report
+from bot._report_view import print_bisect, print_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -218,6 +218,11 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     if stored is None:
         raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
     run = stored.run
+    if run.kind == "bisect":
+        console.print(f"run {run.id} ({run.status}): bisect of {run.engine_name} from {run.base_ref} "
+                      f"({run.base_sha[:12]}) to {run.head_ref} ({run.head_sha[:12]})", markup=False, highlight=False)
+        print_bisect(console, run.settings.get("bisect", {}))
+        return 0
     console.print(f"run {run.id} ({run.status}): {run.engine_name} {run.head_ref} ({run.head_sha[:12]}) against "
                   f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
     if run.reason:
@@ -243,7 +248,14 @@ async def run_history(args: argparse.Namespace, console: Console) -> int:
     for run, verdicts in storage.list_runs(database(config, args.db), args.engine, args.limit):
         table.add_row(str(run.id), f"{run.created_at:%Y-%m-%d %H:%M}", escape(run.engine_name),
                       escape(f"{run.head_ref} {run.head_sha[:10]}"), run.base_sha[:10], run.status,
+                      _bisect_outcome(run) if run.kind == "bisect" else
                       ", ".join(f"{v.mode}: {v.verdict} {v.change_pct:+.1f}%" if v.change_pct is not None
                                 else f"{v.mode}: {v.verdict}" for v in verdicts))
     console.print(table)
     return 0
+
+
+def _bisect_outcome(run: storage.Run) -> str:
+    record = run.settings.get("bisect", {})
+    culprit = f" {record['culprit'][:10]}" if record.get("culprit") else ""
+    return f"bisect {', '.join(run.modes)}: {record.get('outcome', 'unfinished')}{culprit}"

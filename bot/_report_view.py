@@ -1,4 +1,5 @@
-"""A compare report (core.summarize) as rich tables for the terminal."""
+"""A compare report (core.summarize) and a bisect report (core.BisectResult.to_dict) as rich
+tables for the terminal."""
 
 from __future__ import annotations
 
@@ -60,3 +61,34 @@ def print_report(console: Console, report: dict, title: str) -> None:
             parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
         if parts:
             console.print(f"  {mode} speedup over baseline: " + "; ".join(parts), markup=False, highlight=False)
+
+
+def print_bisect(console: Console, report: dict) -> None:
+    """A bisect's steps as a table, then its outcome, the culprit's triage line and the spend.
+
+    ``report`` is ``BisectResult.to_dict()`` (each step may carry ``compare_run_id``), or the
+    ``settings["bisect"]`` of a stored bisect run, which holds the same keys.
+    """
+    commits = report.get("commits") or []
+    table = Table(title=f"bisect of {len(commits)} commits, mode {report.get('mode', '-')}")
+    for column in ("step", "kind", "commit", "#", "against", "evidence", "compare run", "outcome"):
+        table.add_column(column, overflow="fold")
+    for step in report.get("steps", []):
+        style = _STYLE.get(step.get("verdict") or "", "red" if step.get("status") == "failed" else "")
+        evidence = step.get("evidence") or step.get("verdict") or step["status"]
+        table.add_row(str(step["number"]), step["kind"], step["head_sha"][:12], str(step["position"]),
+                      step["base_sha"][:12], Text(evidence, style=style),
+                      str(step.get("compare_run_id") or "-"), escape(step.get("outcome", "")))
+    console.print(table)
+    status = report.get("status")
+    if status is None:
+        console.print("unfinished: the bisect stopped before its end", markup=False)
+        return
+    style = {"found": "bold red", "ambiguous": "bold yellow", "failed": "bold red"}.get(status, "bold")
+    console.print(Text(status.upper(), style=style) + Text(f": {report.get('message', '')}"))
+    if report.get("triage_line"):
+        console.print(f"triage: {report['triage_line']}", markup=False, highlight=False)
+    compares = report.get("compares", 0)
+    console.print(f"spent {compares} compare{'s' if compares != 1 else ''} (a clean bisect of {len(commits)} "
+                  f"commits needs at most {report.get('max_compares')}) and {report.get('trials')} engine launches",
+                  markup=False, highlight=False)

@@ -18,10 +18,14 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
     GitError, BuildError
     Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
+    bisect, BisectRequest, BisectResult, BisectStep, BisectObserver
+    triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
+    TriageModelRule, TriageDefault
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError, HostError, HostBusyError, CommandTimeout
 """
 
+from core._bisect import BisectObserver, BisectRequest, BisectResult, BisectStep, bisect
 from core._checks import Check, CheckStatus, run_checks, worst
 from core._compare import (
     Arm,
@@ -41,6 +45,12 @@ from core._config import (
     EngineConfig,
     HostConfig,
     StorageConfig,
+    TriageArea,
+    TriageConfig,
+    TriageDefault,
+    TriageGate,
+    TriageModelRule,
+    TriageRules,
     WorkloadConfig,
     load_config,
     parse_config,
@@ -93,6 +103,7 @@ from core._stats import (
     speedup,
     speedup_change,
 )
+from core._triage import FileTriage, TriageEntry, TriageReport, triage
 from core._worktree_engine import BuildError
 
 __all__ = [
@@ -110,6 +121,9 @@ __all__ = [
     "GitError", "BuildError",
     "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",
     "Holder", "HostError", "HostBusyError", "CommandTimeout",
+    "bisect", "BisectRequest", "BisectResult", "BisectStep", "BisectObserver",
+    "triage", "TriageReport", "TriageEntry", "FileTriage", "TriageConfig", "TriageRules", "TriageArea", "TriageGate",
+    "TriageModelRule", "TriageDefault",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",
     "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",

@@ -93,3 +93,56 @@ async def worktree(host: Host, repo: str, sha: str) -> str:
         errors = [line for line in result.stderr.splitlines() if line.startswith(("fatal", "error"))]
         raise GitError(f"git worktree add of {sha[:12]} failed: {' '.join(errors) or result.stderr[-300:]}")
     return path
+
+
+async def first_parent_range(host: Host, repo: str, good: str, bad: str) -> list[str]:
+    """The commits after ``good`` up to ``bad`` along ``bad``'s first-parent line, oldest first.
+
+    Both are full SHAs (see :func:`resolve_commit`). The last element is ``bad``; the first
+    element's first parent is ``good``.
+
+    Raises:
+        GitError: ``good`` is not an ancestor of ``bad``, ``good`` is not on ``bad``'s
+            first-parent line (it was merged in from a side branch), or the range is empty.
+    """
+    if good == bad:
+        raise GitError(f"good and bad are the same commit ({good[:12]}): the range is empty")
+    if (await _git(host, repo, "merge-base", "--is-ancestor", good, bad, check=False)).returncode != 0:
+        raise GitError(f"good {good[:12]} is not an ancestor of bad {bad[:12]}; give the older commit first")
+    shas = (await _git(host, repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}")).stdout.split()
+    if not shas:
+        raise GitError(f"no commits between good {good[:12]} and bad {bad[:12]}")
+    if await first_parent(host, repo, shas[0]) != good:
+        raise GitError(f"good {good[:12]} is not on the first-parent line of bad {bad[:12]} "
+                       "(it was merged from a side branch); pick a commit on the main line")
+    return shas
+
+
+async def commit_summary(host: Host, repo: str, sha: str) -> tuple[str, str]:
+    """(subject, committer date in ISO 8601) of the commit ``sha``."""
+    out = (await _git(host, repo, "show", "-s", "--format=%s%x00%cI", sha)).stdout.rstrip("\n")
+    subject, _, date = out.partition("\x00")
+    return subject, date
+
+
+async def diff_u0(host: Host, repo: str, parent: str, sha: str) -> str:
+    """``git diff -U0`` between two commits (no renames, no colour, no external diff)."""
+    return (await _git(host, repo, "diff", "-U0", "--no-color", "--no-ext-diff", "--no-renames", parent, sha,
+                       "--")).stdout
+
+
+async def file_at(host: Host, repo: str, sha: str, path: str) -> str | None:
+    """The text of ``path`` at commit ``sha``, or ``None`` if it does not exist there."""
+    result = await _git(host, repo, "show", f"{sha}:{path}", check=False)
+    return result.stdout if result.returncode == 0 else None
+
+
+async def files_naming(host: Host, repo: str, sha: str, words: list[str], folder: str) -> list[str]:
+    """Paths under ``folder`` at commit ``sha`` whose text contains any of ``words`` (fixed strings)."""
+    if not words:
+        return []
+    args = ["grep", "-l", "-F"]
+    for word in words:
+        args += ["-e", word]
+    result = await _git(host, repo, *args, sha, "--", folder, check=False)
+    return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]

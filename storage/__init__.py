@@ -3,13 +3,14 @@
 SQLite by default, any SQLAlchemy URL (PostgreSQL: ``postgresql+psycopg://...``) by config;
 the schema is migrated with Alembic on open. ``core`` never imports from here.
 
-Public names: open_database, default_url, StorageError, RunStore, StoredRun, load_run,
+Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
 list_runs, abandoned_runs, mark_abandoned, and the tables Run, Arm, Trial, EnvSnapshot, VerdictRow.
 """
 
 from storage._db import StorageError, default_url, open_database
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
 from storage._store import (
+    BisectStore,
     RunStore,
     StoredRun,
     abandoned_runs,
@@ -20,6 +21,6 @@ from storage._store import (
 
 __all__ = [
     "open_database", "default_url", "StorageError",
-    "RunStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
+    "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow",
 ]

@@ -1,17 +1,32 @@
-"""Runs in the database: a compare observer that writes as the run goes, and the queries
-behind ``specperf show`` and ``specperf history``."""
+"""Runs in the database: a compare observer and a bisect observer that write as the run goes,
+and the queries behind ``specperf show`` and ``specperf history``.
+
+A bisect is a run of kind ``bisect`` whose ``settings["bisect"]`` holds its steps (commit,
+verdict, the compare run's id, launches); each step's compare is an ordinary compare run
+whose ``settings["bisect"]`` names the bisect run and the step."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import socket
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from core import Arm as CoreArm
-from core import CompareObserver, CompareRequest, CompareResult, TrialResult, Verdict
+from core import (
+    BisectObserver,
+    BisectRequest,
+    BisectResult,
+    BisectStep,
+    CompareObserver,
+    CompareRequest,
+    CompareResult,
+    TrialResult,
+    Verdict,
+)
 from core._host_agent import pid_alive
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 
@@ -30,8 +45,8 @@ class RunStore(CompareObserver):
         self._trials: dict[int, int] = {}  # launch seq -> trial id
         self._unlinked: dict[int, list[int]] = {}  # launch seq -> snapshots taken before its row existed
 
-    def create(self, request: CompareRequest, base_sha: str, head_sha: str) -> int:
-        """Insert the run (status running) and return its id."""
+    def create(self, request: CompareRequest, base_sha: str, head_sha: str, extra: dict | None = None) -> int:
+        """Insert the run (status running) and return its id; ``extra`` is merged into its settings."""
         with Session(self.engine) as session:
             run = Run(
                 engine_name=request.engine_name, workload_name=request.workload_name,
@@ -40,7 +55,7 @@ class RunStore(CompareObserver):
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
                           "engine": request.engine.model_dump(), "host_where": request.host.where,
                           "client": "local" if request.host.is_local else "here, through an SSH tunnel",
-                          "owner": {"pid": os.getpid(), "host": socket.gethostname()}},
+                          "owner": {"pid": os.getpid(), "host": socket.gethostname()}, **(extra or {})},
             )
             session.add(run)
             session.commit()
@@ -138,6 +153,65 @@ class RunStore(CompareObserver):
             session.commit()
             if seq is not None and row.trial_id is None:
                 self._unlinked.setdefault(seq, []).append(row.id)
+
+
+class BisectStore(BisectObserver):
+    """Records one bisect: its run (kind ``bisect``) once the range is resolved, and each
+    step's compare as its own compare run made by ``compare_store`` (default
+    :class:`RunStore`), linked both ways; ``compare_runs`` maps each step number to its compare
+    run's id. Every hook commits at once."""
+
+    def __init__(self, engine: Engine, request: BisectRequest,
+                 compare_store: Callable[[Engine], RunStore] = RunStore) -> None:
+        self.engine, self.request, self.compare_store = engine, request, compare_store
+        self.run_id: int | None = None
+        self.compare_runs: dict[int, int] = {}  # step number -> the id of that step's compare run
+
+    def started(self, good_sha: str, bad_sha: str, commits: list[str]) -> None:
+        r = self.request
+        with Session(self.engine) as session:
+            run = Run(
+                kind="bisect", engine_name=r.engine_name, workload_name=r.workload_name, host=r.host.name,
+                base_ref=r.good_ref, base_sha=good_sha, head_ref=r.bad_ref, head_sha=bad_sha, modes=[r.mode],
+                settings={"compare": r.settings.model_dump(), "workload": r.workload.model_dump(),
+                          "engine": r.engine.model_dump(),
+                          "owner": {"pid": os.getpid(), "host": socket.gethostname()},
+                          "bisect": {"mode": r.mode, "commits": commits, "steps": []}},
+            )
+            session.add(run)
+            session.commit()
+            self.run_id = run.id
+
+    def compare_observer(self, step: BisectStep, request: CompareRequest) -> CompareObserver:
+        store = self.compare_store(self.engine)
+        self.compare_runs[step.number] = store.create(
+            request, step.base_sha, step.head_sha,
+            extra={"bisect": {"run_id": self.run_id, "step": step.number, "kind": step.kind}})
+        return store
+
+    def _update(self, changes: dict, **fields) -> None:
+        with Session(self.engine) as session:
+            run = session.get(Run, self.run_id)
+            bisect = dict(run.settings["bisect"])
+            for key, value in changes.items():
+                bisect[key] = value(bisect) if callable(value) else value
+            run.settings = {**run.settings, "bisect": bisect}  # a new dict, so the JSON column is written
+            for key, value in fields.items():
+                setattr(run, key, value)
+            session.add(run)
+            session.commit()
+
+    def step_finished(self, step: BisectStep) -> None:
+        row = {**step.to_dict(), "compare_run_id": self.compare_runs.get(step.number)}
+        self._update({"steps": lambda b: [*b["steps"], row]})
+
+    def finished(self, result: BisectResult) -> None:
+        if self.run_id is None:
+            return
+        summary = {k: v for k, v in result.to_dict().items() if k not in ("steps", "commits", "mode")}
+        status = {"failed": "failed", "interrupted": "interrupted"}.get(result.status, "done")
+        self._update({"outcome": result.status, **summary}, status=status, reason=result.message,
+                     finished_at=utcnow())
 
 
 @dataclasses.dataclass

@@ -7,7 +7,9 @@ whether it starts at all. ``--itl-scale`` in a mode's arguments stands in for sp
 decoding making tokens cheaper.
 
 Commits (linear, on ``main``, each tagged): ``base``; ``noop`` (a comment); ``slow`` (ITL x
-1.10, about -9% tok/s); ``broken`` (exits at start with an error).
+1.10, about -9% tok/s); ``broken`` (exits at start with an error). ``bisect_commits()`` gives
+the history the bisect tests plant instead: ``good`` then ``c1`` ... ``cN``, where one commit
+slows ITL by 10% for good and one fails to start.
 """
 
 from __future__ import annotations
@@ -52,17 +54,30 @@ COMMITS = [
 ]
 
 
+def bisect_commits(n: int = 16, slow: int = 8, broken: int = 6, noise: float = 0.004) -> list[tuple[str, str, dict]]:
+    """``good`` and ``n`` commits after it (tags ``c1``..``cN``): ``c{slow}`` and every later
+    commit have ITL x 1.10; ``c{broken}`` alone exits at start; ``slow=0`` plants no regression."""
+    commits = [("good", "good", {"itl": 2.0, "noise": noise, "fails": False, "comment": ""})]
+    for i in range(1, n + 1):
+        subject = "slower decode step" if i == slow else "breaks start-up" if i == broken else f"refactor {i}"
+        knobs = {"itl": 2.2 if slow and i >= slow else 2.0, "noise": noise, "fails": i == broken,
+                 "comment": f"# change {i}"}
+        commits.append((f"c{i}", subject, knobs))
+    return commits
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_repo(path: Path) -> dict[str, str]:
-    """Create the repository at ``path``; returns {tag: full SHA} for base/noop/slow/broken."""
+def make_repo(path: Path, commits: list[tuple[str, str, dict]] = COMMITS) -> dict[str, str]:
+    """Create the repository at ``path`` with ``commits`` ((tag, subject, knobs), default
+    base/noop/slow/broken); returns {tag: full SHA}."""
     path.mkdir(parents=True)
     _git(path, "init", "-q", "-b", "main")
     shas = {}
-    for tag, message, knobs in COMMITS:
+    for tag, message, knobs in commits:
         (path / "src").mkdir(exist_ok=True)
         (path / "src/fake_engine.py").write_text(ENGINE.format(**knobs))
         _git(path, "add", "-A")

@@ -1,0 +1,74 @@
+"""``specperf triage GOOD BAD``: the first-parent commits of a range ranked by suspicion, with
+no GPU time (core._triage)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+import core
+from bot._common import load, open_host, pick
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``triage`` to ``sub``."""
+    t = sub.add_parser("triage", help="rank the commits between GOOD and BAD by suspicion (no engine launched)")
+    t.add_argument("good", help="the last good commit (SHA, branch or tag)")
+    t.add_argument("bad", help="the first known bad commit; GOOD must be an ancestor on its first-parent line")
+    t.add_argument("--engine", help="engine name from the config (default: the only one)")
+    t.add_argument("--modes", help="comma-separated modes whose arguments decide the gates (default: all the engine's)")
+    t.add_argument("--json", help="also write the ranked list as JSON here")
+    t.add_argument("--host", help="host whose copy of the engine's repo to read (default: the engine's host)")
+    t.set_defaults(run=run_triage)
+
+
+def engine_and_rules(config: core.Config, name: str | None) -> tuple[str, core.EngineConfig, core.TriageRules]:
+    """The chosen engine and its triage rules.
+
+    Raises:
+        core.ConfigError: no such engine, or it has no repo.
+    """
+    name = pick(config.engines, name, "engine")
+    engine = config.engine(name)
+    if not engine.repo:
+        raise core.ConfigError(f"engine {name!r} has no repo; set engines.{name}.repo")
+    return name, engine, config.triage.rules_for(name, engine.kind)
+
+
+def print_triage(console: Console, report: core.TriageReport, title: str) -> None:
+    """The ranked commits as a table."""
+    table = Table(title=title)
+    for column in ("rank", "#", "commit", "date", "subject", "areas", "files", "note"):
+        table.add_column(column, overflow="fold")
+    for e in report.entries:
+        style = "dim" if e.inert or not e.score else ("bold" if e.rank == 1 else None)
+        files = ", ".join(f.path for f in e.files[:3]) + (f" (+{len(e.files) - 3})" if len(e.files) > 3 else "")
+        table.add_row(str(e.rank), str(e.position), e.sha[:12], e.date[:16].replace("T", " "), escape(e.subject),
+                      escape(", ".join(e.areas) or "-"), escape(files), escape(e.note()), style=style)
+    console.print(table)
+
+
+async def run_triage(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf triage``: 0 with the ranked table (errors raise; bad refs are git errors)."""
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
+        raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
+    config = load(args.config)
+    name, engine, rules = engine_and_rules(config, args.engine)
+    modes = args.modes.split(",") if args.modes else None
+    missing = [m for m in modes or [] if m not in engine.modes]
+    if missing:
+        raise core.ConfigError(f"engine {name!r} has no mode {', '.join(missing)} (its modes: {', '.join(engine.modes)})")
+    async with open_host(config, args.host or engine.host) as host:
+        report = await core.triage(host, engine.repo, args.good, args.bad, engine, rules, modes)
+    print_triage(console, report, f"{name}: {len(report.commits)} commits after {report.good_sha[:12]} "
+                                  f"up to {report.bad_sha[:12]}, most suspicious first")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"good": report.good_sha, "bad": report.bad_sha,
+                                               "entries": [e.to_dict() for e in report.entries]}, indent=2))
+        console.print(f"report: {args.json}", markup=False)
+    return 0

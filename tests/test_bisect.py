@@ -1,0 +1,183 @@
+"""Bisect end to end on the fast fake engine: a planted 16-commit history (the regression at
+c8, c6 fails to start, real launch noise), a range with no regression, bad ranges, and the
+``specperf bisect`` command. Every compare is a real engine launch from a real worktree."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlmodel import Session, select
+
+import core
+import storage
+from core._bisect import Search
+from tests.conftest import ROOT, SPECPERF, group_members, local_host
+from tests.fake_engine_repo import bisect_commits, fake_engine, make_repo
+from tests.test_compare import long_running_config
+
+WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=6, warmup_requests=1)  # ~1 s a launch
+SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0)
+pytestmark = pytest.mark.timeout(400)  # the planted bisect is about six compares of eight launches
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The planted repository and one work directory (worktrees are reused across tests)."""
+    root = tmp_path_factory.mktemp("bisect")
+    return root / "repo", make_repo(root / "repo", bisect_commits(n=16, slow=8, broken=6)), root / "work"
+
+
+def request_for(planted, port: int, good: str, bad: str) -> core.BisectRequest:
+    path, _, work = planted
+    return core.BisectRequest(
+        engine_name="fake", engine=fake_engine(path, port, ROOT), workload_name="w", workload=WORKLOAD,
+        good_ref=good, bad_ref=bad, mode="baseline", settings=SETTINGS, host=local_host(work),
+        triage_rules=core.TriageConfig().rules_for("fake", "command"),
+    )
+
+
+async def test_bisect_names_the_planted_commit_within_the_bound(planted, tmp_path, unused_tcp_port):
+    _, shas, _ = planted
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    request = request_for(planted, unused_tcp_port, "good", "c16")
+    store = storage.BisectStore(db, request)
+    result = await core.bisect(request, store)
+
+    assert result.status == "found", result.message
+    assert result.culprit == shas["c8"] and result.confirmed
+    assert result.culprit_verdict.verdict == core.REGRESSION and -12 < result.culprit_verdict.change_pct < -6
+    assert len(result.commits) == 16
+    assert result.compares <= math.ceil(math.log2(16)) + 2 == result.max_compares
+    assert result.steps[0].kind == "confirm" and result.steps[0].verdict == core.REGRESSION
+    broken = [s for s in result.steps if s.head_sha == shas["c6"]]
+    assert [s.status for s in broken] == ["failed"] and "skipped" in broken[0].outcome  # met and skipped
+    assert "slower decode step" in result.triage_line()
+    assert result.trials == sum(s.trials for s in result.steps) > 0
+
+    # the bisect run holds every step; each step's compare is its own run pointing back
+    stored = storage.load_run(db, store.run_id)
+    assert (stored.run.kind, stored.run.status) == ("bisect", "done")
+    record = stored.run.settings["bisect"]
+    assert record["outcome"] == "found" and record["culprit"] == shas["c8"] and record["compares"] == result.compares
+    assert [s["number"] for s in record["steps"]] == list(range(1, result.compares + 1))
+    for step, live in zip(record["steps"], result.steps):
+        compare_run = storage.load_run(db, step["compare_run_id"])
+        assert compare_run.run.kind == "compare"
+        assert compare_run.run.settings["bisect"] == {"run_id": store.run_id, "step": step["number"], "kind": step["kind"]}
+        assert (compare_run.run.base_sha, compare_run.run.head_sha) == (step["base_sha"], step["head_sha"])
+        assert compare_run.run.status == step["status"] == live.status
+        assert [v.verdict for v in compare_run.verdicts] == ([step["verdict"]] if step["status"] == "done" else [])
+        assert len(compare_run.trials) == step["trials"]
+
+
+def simulate(n: int, culprit: int, broken: int | None) -> tuple[list[int], int]:
+    """Drive the search with exact verdicts: commits from ``culprit`` on are slower, ``broken``
+    never starts. Returns (candidates, compares including the confirm and the final one)."""
+    search, compares = Search(n), 1
+    while (plan := search.next()) is not None:
+        kind, base, head = plan
+        compares += 1
+        if broken in (base, head):
+            search.record(kind, base, head, None, base_failed=base == broken)
+            continue
+        slower = head >= culprit if kind == "probe" else base < culprit <= head
+        search.record(kind, base, head, core.REGRESSION if slower else core.NO_CHANGE)
+    return search.candidates(), compares + (0 if search.confirmed else 1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 16, 17, 33])
+def test_search_finds_every_position_within_the_bound(n):
+    bound = math.ceil(math.log2(n)) + 2
+    for culprit in range(n):
+        candidates, compares = simulate(n, culprit, None)
+        assert candidates == [culprit] and compares <= bound, (n, culprit)
+        for broken in range(n - 1):  # bad itself was measured by the confirm compare
+            candidates, compares = simulate(n, culprit, broken)
+            assert compares <= bound + 1, (n, culprit, broken)  # one skip costs at most one compare
+            if broken in (culprit - 1, culprit):  # the culprit cannot be told from its untestable neighbour
+                assert culprit in candidates and broken in candidates and len(candidates) == 2, (culprit, broken)
+            else:
+                assert candidates == [culprit], (n, culprit, broken, candidates)
+
+
+@pytest.mark.parametrize(("good", "bad", "message"), [
+    ("good", "no-such-ref", "names no commit"),
+    ("c9", "c3", "is not an ancestor"),
+    ("c5", "c5", "range is empty"),
+    ("--upload-pack=x", "c3", "is not a git ref"),
+])
+async def test_bad_ranges_fail_before_anything_runs(planted, tmp_path, unused_tcp_port, good, bad, message):
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    request = request_for(planted, unused_tcp_port, good, bad)
+    request.host = local_host(tmp_path / "work")
+    with pytest.raises(core.GitError, match=message):
+        await core.bisect(request, storage.BisectStore(db, request))
+    assert storage.list_runs(db) == [] and not (tmp_path / "work").exists()
+
+
+def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, unused_tcp_port):
+    """Through the ``specperf bisect`` command: c8..c16 all carry the slow step."""
+    path, shas, _ = planted
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.fake]\nkind = "command"\nrepo = "{path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
+        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {unused_tcp_port}\n'
+        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
+        '[engines.fake.modes]\nbaseline = []\n'
+        '[compare]\nmin_trials = 4\nmax_trials = 8\ncooldown_s = 0\n'
+        f'[workloads.default]\noutput_len = {WORKLOAD.output_len}\nconcurrency = {WORKLOAD.concurrency}\n'
+        f'requests = {WORKLOAD.requests}\nwarmup_requests = {WORKLOAD.warmup_requests}\n'
+    )
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    out = subprocess.run([*SPECPERF, "--config", str(config), "bisect", "c8", "c16", "--db", url,
+                          "--json", str(tmp_path / "b.json")],
+                         cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "NO-REGRESSION: nothing to bisect (no regression)" in out.stdout and "NO CHANGE" in out.stdout
+    assert "spent 1 compare " in out.stdout
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert report["status"] == "no-regression" and report["compares"] == 1 and report["culprit"] is None
+    assert [s["verdict"] for s in report["steps"]] == [core.NO_CHANGE]
+    db = storage.open_database(url)
+    bisect_run = storage.load_run(db, report["run_id"]).run
+    assert (bisect_run.kind, bisect_run.status) == ("bisect", "done")
+    assert bisect_run.settings["bisect"]["outcome"] == "no-regression" and bisect_run.reason == report["message"]
+    (step,) = bisect_run.settings["bisect"]["steps"]
+    compare_run = storage.load_run(db, step["compare_run_id"])
+    assert (compare_run.run.base_sha, compare_run.run.head_sha) == (shas["c8"], shas["c16"])
+    assert [v.verdict for v in compare_run.verdicts] == [core.NO_CHANGE]
+
+
+def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unused_tcp_port):
+    path, _, _ = planted
+    config = long_running_config(tmp_path, path, unused_tcp_port)
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    proc = subprocess.Popen([*SPECPERF, "--config", str(config), "bisect", "good", "c16", "--db", url],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = storage.open_database(url)
+    pgid = None
+    for _ in range(300):
+        with Session(db) as session:
+            trial = session.exec(select(storage.Trial)).first()
+            pgid = trial.pgid if trial else None
+        if pgid:
+            break
+        time.sleep(0.1)
+    assert pgid, "no trial was launched"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert group_members(pgid) == []
+    runs = {run.kind: run for run, _ in storage.list_runs(db)}
+    assert runs["bisect"].status == "interrupted" and runs["bisect"].settings["bisect"]["outcome"] == "interrupted"
+    assert runs["compare"].status == "interrupted" and runs["compare"].settings["bisect"]["run_id"] == runs["bisect"].id
