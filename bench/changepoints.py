@@ -88,12 +88,12 @@ def main() -> None:
                             hits += bool(near)
                             exact += k in found
                             extra += len(found) - (1 if near else 0)
-                        rows.append(dict(outliers=outliers, sd_pct=sd * 100, n=n, shift_pct=shift * 100,
-                                         method=method, hit_pct=100 * hits / args.seeds,
-                                         exact_pct=100 * exact / args.seeds,
-                                         extra_per_series=extra / args.seeds,
-                                         any_on_flat_pct=100 * anyflat / args.seeds if shift == 0 else None,
-                                         ms_per_call=1000 * spent / args.seeds))
+                        rows.append({"outliers": outliers, "sd_pct": sd * 100, "n": n, "shift_pct": shift * 100,
+                                     "method": method, "hit_pct": 100 * hits / args.seeds,
+                                     "exact_pct": 100 * exact / args.seeds,
+                                     "extra_per_series": extra / args.seeds,
+                                     "any_on_flat_pct": 100 * anyflat / args.seeds if shift == 0 else None,
+                                     "ms_per_call": 1000 * spent / args.seeds})
     print(json.dumps({"machine": f"{platform.node()} {platform.processor() or platform.machine()} "
                                  f"python {platform.python_version()}",
                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
