@@ -7,7 +7,9 @@ whether it starts at all. ``--itl-scale`` in a mode's arguments stands in for sp
 decoding making tokens cheaper.
 
 Commits (linear, on ``main``, each tagged): ``base``; ``noop`` (a comment); ``slow`` (ITL x
-1.10, about -9% tok/s); ``broken`` (exits at start with an error).
+1.10, about -9% tok/s); ``broken`` (exits at start with an error). ``history_commits()``
+gives a longer linear history for the history and change-point tests: ``h0`` ... with the
+slower ITL planted at one commit in the middle (tagged ``h<i>``, its message says so).
 """
 
 from __future__ import annotations
@@ -57,12 +59,26 @@ def _git(repo: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_repo(path: Path) -> dict[str, str]:
-    """Create the repository at ``path``; returns {tag: full SHA} for base/noop/slow/broken."""
+def history_commits(before: int = 5, after: int = 4) -> list[tuple[str, str, dict]]:
+    """A linear history ``h0`` .. ``h<before + after - 1>``: ``before`` commits at ITL 2.0 ms, then
+    the regression ``h<before>`` (ITL 2.2 ms, about -9% tok/s), then ``after - 1`` more
+    commits at its speed, each a comment change. For :func:`make_repo`'s ``commits``."""
+    commits = []
+    for i in range(before + after):
+        slow = i >= before
+        message = "slower tokens (the planted regression)" if i == before else f"docs: change {i}"
+        commits.append((f"h{i}", message, dict(itl=2.2 if slow else 2.0, noise=0.004, fails=False,
+                                                 comment=f"# revision {i}")))
+    return commits
+
+
+def make_repo(path: Path, commits: list[tuple[str, str, dict]] | None = None) -> dict[str, str]:
+    """Create the repository at ``path`` with ``commits`` (tag, message, knobs) in order, by
+    default :data:`COMMITS`; returns {tag: full SHA}."""
     path.mkdir(parents=True)
     _git(path, "init", "-q", "-b", "main")
     shas = {}
-    for tag, message, knobs in COMMITS:
+    for tag, message, knobs in commits or COMMITS:
         (path / "src").mkdir(exist_ok=True)
         (path / "src/fake_engine.py").write_text(ENGINE.format(**knobs))
         _git(path, "add", "-A")
