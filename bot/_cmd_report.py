@@ -104,6 +104,13 @@ def print_summary(console: Console, summary: dict) -> None:
                 f"{_pct(test['change_pct'])} (95% CI {_pct(test['ci_low_pct'])} .. {_pct(test['ci_high_pct'])}, "
                 f"p = {test['p_value']:.2g}, {test['n_before']} vs {test['n_after']} trials){acc}")
             say(f"  bisect: {cp['bisect']}")
+        for cp in e["acceptance_change_points"]:
+            test = cp["test"]
+            say(f"{'NEW ' if cp['new'] else ''}acceptance length {cp['verdict']} {where} at {cp['range']}: "
+                f"{fmt(cp['acceptance_length_before'], 2)} -> {fmt(cp['acceptance_length_after'], 2)}, "
+                f"{_pct(test['change_pct'])} (95% CI {_pct(test['ci_low_pct'])} .. {_pct(test['ci_high_pct'])}, "
+                f"p = {test['p_value']:.2g})")
+            say(f"  bisect: {cp['bisect']}")
         drift = e["drift"]
         if drift and drift["flagged"]:
             test = drift["test"]

@@ -34,7 +34,8 @@ def _bisect_button(label: str, good: str, bad: str, engine: str, mode: str) -> d
 def summary_blocks(summary: dict, title: str = "specperf regression summary") -> tuple[list[dict], str]:
     """``(blocks, text)`` for ``chat.postMessage``: the headline; per series (engine, mode) the
     latest tok/s, change against the 7-day median and the last good commit, acceptance length;
-    new change points with their commit range and a bisect button; a flagged drift;
+    new change points (of tok/s and of acceptance length) with their commit range and a
+    bisect button (one per commit range); a flagged drift;
     environment changes. A quiet summary is one section with its one line, and ``text`` is
     that line."""
     headline = _escape(summary["headline"])
@@ -74,6 +75,17 @@ def summary_blocks(summary: dict, title: str = "specperf regression summary") ->
             lines.append(f"{cp['verdict']} {e['engine']} / {e['mode']} at {cp['range']} {_pct(test['change_pct'])}")
             buttons.append(_bisect_button(f"Bisect {cp['range']}", cp["good_sha"], cp["bad_sha"], e["engine"],
                                           e["mode"]))
+        for cp in (c for c in e["acceptance_change_points"] if c["new"]):
+            test = cp["test"]
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": (
+                f":dart: *acceptance length {cp['verdict']}* at `{cp['range']}`: "
+                f"{_num(cp['acceptance_length_before'], 2)} → {_num(cp['acceptance_length_after'], 2)}, "
+                f"{_pct(test['change_pct'])} (p = {test['p_value']:.2g})\n`{_escape(cp['bisect'])}`")}})
+            lines.append(f"acceptance length {cp['verdict']} {e['engine']} / {e['mode']} at {cp['range']} "
+                         f"{_pct(test['change_pct'])}")
+            if all(b["value"] != f"{cp['good_sha']} {cp['bad_sha']} {e['engine']} {e['mode']}" for b in buttons):
+                buttons.append(_bisect_button(f"Bisect {cp['range']}", cp["good_sha"], cp["bad_sha"], e["engine"],
+                                              e["mode"]))
         drift = e["drift"]
         if drift and drift["flagged"]:
             test = drift["test"]

@@ -3,8 +3,10 @@
 :func:`build_summary` reads history series (:class:`core.Series`, one point per measured
 commit) and gives, per series (engine, host, mode, workload) that was measured in the period:
 the latest output tok/s and acceptance length, the change against the median of the last 7
-days and against the last known-good commit, the confirmed change points with their commit
-range and a ``specperf bisect`` command, the trailing drift, and the environment changes
+days and against the last known-good commit, the confirmed change points of output tok/s
+(and, where every point has one, of acceptance length: a collapse of speculation shows
+there first) with their commit range and a ``specperf bisect`` command, the trailing drift
+of output tok/s, and the environment changes
 (driver, NCCL, torch, engine libraries) seen along the series. Front ends render it (the
 terminal, Slack); :func:`render_trend_chart` draws it. A quiet period (no new change point,
 no drift, no new environment change) is one short line: ``summary["headline"]``.
@@ -39,32 +41,35 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _series_entry(s: Series, analysis: SeriesAnalysis, since: dt.datetime, now: dt.datetime) -> dict:
+def _change_point(s: Series, cp, since: dt.datetime) -> dict:
+    points = s.points
+    before, after = points[cp.index - 1], points[cp.index]
+    left, right = points[cp.before.start:cp.before.stop], points[cp.after.start:cp.after.stop]
+    return {
+        "index": cp.index, "verdict": cp.verdict, "good_sha": before.sha, "bad_sha": after.sha,
+        "good_ref": before.refs[0] if before.refs else None, "bad_ref": after.refs[0] if after.refs else None,
+        "range": f"{before.sha[:12]}..{after.sha[:12]}",
+        "new": max(points[i].first_measured_at for i in cp.after) >= since,
+        "output_tok_s_before": _median([p.output_tok_s for p in left]),
+        "output_tok_s_after": _median([p.output_tok_s for p in right]),
+        "acceptance_length_before": _median([p.acceptance_length for p in left if p.acceptance_length is not None]),
+        "acceptance_length_after": _median([p.acceptance_length for p in right if p.acceptance_length is not None]),
+        "z": cp.z if cp.z != float("inf") else None, "test": _shift(cp.shift),
+        "runs": sorted({r for p in (before, after) for r in p.run_ids}),
+        "verdicts": [v for v in after.verdicts if v["base_sha"] == before.sha],
+        "bisect": f"specperf bisect {before.sha[:12]} {after.sha[:12]} --engine {s.engine} --mode {s.mode}",
+    }
+
+
+def _series_entry(s: Series, analysis: SeriesAnalysis, acceptance: SeriesAnalysis | None, since: dt.datetime,
+                  now: dt.datetime) -> dict:
     points = s.points
     latest = points[-1]
     week = [p.output_tok_s for p in points if p.last_measured_at >= now - dt.timedelta(days=MEDIAN_DAYS)]
     median_7d = _median(week)
     good = points[analysis.last_good_index] if analysis.last_good_index is not None else None
-    change_points = []
-    for cp in analysis.change_points:
-        before, after = points[cp.index - 1], points[cp.index]
-        acc_before = _median([p.acceptance_length for p in points[cp.before.start:cp.before.stop]
-                              if p.acceptance_length is not None])
-        acc_after = _median([p.acceptance_length for p in points[cp.after.start:cp.after.stop]
-                             if p.acceptance_length is not None])
-        change_points.append({
-            "index": cp.index, "verdict": cp.verdict, "good_sha": before.sha, "bad_sha": after.sha,
-            "good_ref": before.refs[0] if before.refs else None, "bad_ref": after.refs[0] if after.refs else None,
-            "range": f"{before.sha[:12]}..{after.sha[:12]}",
-            "new": max(points[i].first_measured_at for i in cp.after) >= since,
-            "output_tok_s_before": _median([p.output_tok_s for p in points[cp.before.start:cp.before.stop]]),
-            "output_tok_s_after": _median([p.output_tok_s for p in points[cp.after.start:cp.after.stop]]),
-            "acceptance_length_before": acc_before, "acceptance_length_after": acc_after,
-            "z": cp.z if cp.z != float("inf") else None, "test": _shift(cp.shift),
-            "runs": sorted({r for p in (before, after) for r in p.run_ids}),
-            "verdicts": [v for v in after.verdicts if v["base_sha"] == before.sha],
-            "bisect": f"specperf bisect {before.sha[:12]} {after.sha[:12]} --engine {s.engine} --mode {s.mode}",
-        })
+    change_points = [_change_point(s, cp, since) for cp in analysis.change_points]
+    acceptance_points = [_change_point(s, cp, since) for cp in acceptance.change_points] if acceptance else []
     drift = None
     if analysis.drift is not None:
         d = analysis.drift
@@ -89,6 +94,7 @@ def _series_entry(s: Series, analysis: SeriesAnalysis, since: dt.datetime, now: 
                                                 "acceptance_length": good.acceptance_length},
         "change_vs_last_good_pct": _pct(latest.output_tok_s, good.output_tok_s if good else None),
         "change_points": change_points,
+        "acceptance_change_points": acceptance_points,
         "unconfirmed_candidates": [points[c.index].sha for c in analysis.candidates if not c.confirmed],
         "drift": drift,
         "env_changes": env,
@@ -119,11 +125,12 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
                          acceptance_length, ...}, median_7d_output_tok_s, change_vs_7d_median_pct,
                          last_good {sha, output_tok_s}, change_vs_last_good_pct,
                          change_points [{range, good_sha, bad_sha, verdict, new, test {change_pct,
-                         ci_low_pct, ci_high_pct, p_value}, bisect, ...}], drift, env_changes
+                         ci_low_pct, ci_high_pct, p_value}, bisect, ...}],
+                         acceptance_change_points [same shape], drift, env_changes
                          [{sha, lines, new}], points [...]}]}
 
         Only series with a point measured in the period are listed. ``quiet`` is true when
-        no change point or environment change is new and no drift is flagged.
+        no change point (of either series) or environment change is new and no drift is flagged.
     """
     now = now or dt.datetime.now(dt.UTC)
     entries = []
@@ -134,12 +141,18 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
         commits |= {p.sha for p in s.points if p.last_measured_at >= since}
         values = [p.output_tok_s for p in s.points]
         trials = [p.trials_output_tok_s for p in s.points]
-        entries.append(_series_entry(s, analyze(values, trials, margin_pct=margin_pct, alpha=alpha), since, now))
+        acceptance = None
+        if all(p.acceptance_length is not None and p.trials_acceptance_length for p in s.points):
+            acceptance = analyze([p.acceptance_length for p in s.points],
+                                 [p.trials_acceptance_length for p in s.points], margin_pct=margin_pct, alpha=alpha)
+        entries.append(_series_entry(s, analyze(values, trials, margin_pct=margin_pct, alpha=alpha), acceptance,
+                                     since, now))
     new_points = [(e, cp) for e in entries for cp in e["change_points"] if cp["new"]]
+    new_acceptance = [(e, cp) for e in entries for cp in e["acceptance_change_points"] if cp["new"]]
     drifts = [e for e in entries if e["drift"] and e["drift"]["flagged"]]
     # one change of a host's software shows in every mode's series: count it once
     new_env = sorted({(e["engine"], e["host"], c["sha"]) for e in entries for c in e["env_changes"] if c["new"]})
-    quiet = not (new_points or drifts or new_env)
+    quiet = not (new_points or new_acceptance or drifts or new_env)
     commits = len(commits)
     hours = round((now - since).total_seconds() / 3600)
     days = round(hours / 24)
@@ -158,6 +171,8 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
         improvements = len(new_points) - regressions
         if improvements:
             parts.append(f"{improvements} new improvement{'s' if improvements != 1 else ''}")
+        if new_acceptance:
+            parts.append(f"{len(new_acceptance)} new acceptance-length change{'s' if len(new_acceptance) != 1 else ''}")
         if drifts:
             parts.append(f"{len(drifts)} trailing drift{'s' if len(drifts) != 1 else ''}")
         if new_env:
@@ -171,7 +186,8 @@ def render_trend_chart(summary: dict, path: Path, title: str = "specperf trend")
     """A PNG of each series' output tok/s per commit (median line, trials as dots), with
     confirmed change points (red dashed line between the two commits, labelled with the
     change), a flagged drift (red band over the newest commits), the last known-good commit
-    (green ring) and environment changes (orange dotted line, labelled). One panel per series;
+    (green ring), environment changes (orange dotted line, labelled), and where measured the
+    acceptance length on a second axis (purple, its change points dash-dotted). One panel per series;
     matplotlib with the Agg backend. Returns ``path``."""
     import matplotlib
 
@@ -205,6 +221,14 @@ def render_trend_chart(summary: dict, path: Path, title: str = "specperf trend")
         if drift and drift["flagged"]:
             first = next(i for i, p in enumerate(points) if p["sha"] == drift["newest_shas"][0])
             ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52", alpha=0.12, label="trailing drift")
+        if any(p["acceptance_length"] is not None for p in points):
+            acc = ax.twinx()
+            acc.plot(xs, [p["acceptance_length"] for p in points], color="#8172b3", marker="s", ms=3, lw=1,
+                     label="acceptance length")
+            acc.set_ylabel("acceptance length", color="#8172b3")
+            for cp in e["acceptance_change_points"]:
+                acc.axvline(cp["index"] - 0.5, color="#8172b3", ls="-.", lw=1.2)
+            acc.legend(fontsize=7, loc="lower right")
         for env in e["env_changes"]:
             ax.axvline(env["index"] - 0.5, color="#dd8452", ls=":", lw=1.5)
             ax.annotate("; ".join(env["lines"][:2]), (env["index"] - 0.5, 0.02), xycoords=("data", "axes fraction"),
