@@ -54,7 +54,9 @@ def load_series(engine: Engine, *, engine_name: str | None = None, host: str | N
         runs = list(session.exec(query))
         run_ids = [r.id for r in runs]
         arms = list(session.exec(select(Arm).where(Arm.run_id.in_(run_ids)))) if run_ids else []
-        trials = list(session.exec(select(Trial).where(Trial.run_id.in_(run_ids), Trial.status == "ok")
+        # only the figures a series needs: not the per-request records a trial row also holds
+        trials = list(session.exec(select(Trial.run_id, Trial.arm_id, Trial.output_tok_s, Trial.acceptance_length)
+                                   .where(Trial.run_id.in_(run_ids), Trial.status == "ok")
                                    .order_by(Trial.run_id, Trial.seq))) if run_ids else []
         snapshots = list(session.exec(select(EnvSnapshot).where(EnvSnapshot.run_id.in_(run_ids),
                                                                 EnvSnapshot.phase.in_(["arm-base", "arm-head"]))
@@ -89,13 +91,13 @@ def load_series(engine: Engine, *, engine_name: str | None = None, host: str | N
                 if role == "head" and (v := verdicts_of.get((run.id, mode))) is not None:
                     entry["verdicts"].append({"run_id": run.id, "base_sha": run.base_sha, "verdict": v.verdict,
                                               "change_pct": v.change_pct})
-    for trial in trials:
-        arm = arm_of[trial.arm_id]
-        run = by_run[trial.run_id]
+    for run_id, arm_id, output_tok_s, acceptance_length in trials:
+        arm = arm_of[arm_id]
+        run = by_run[run_id]
         entry = collected[(run.engine_name, run.host, arm.mode, run.workload_name)][arm.sha]
-        entry["tok"].append(trial.output_tok_s)
-        if trial.acceptance_length is not None:
-            entry["acc"].append(trial.acceptance_length)
+        entry["tok"].append(output_tok_s)
+        if acceptance_length is not None:
+            entry["acc"].append(acceptance_length)
 
     series = []
     for key in sorted(collected):

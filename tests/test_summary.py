@@ -95,3 +95,16 @@ def test_series_not_measured_in_the_period_are_left_out_and_the_chart_is_drawn(t
     assert "REGRESSION sglang-k2 / eagle3" in text and "acceptance length REGRESSION sglang-k2 / eagle3" in text
     buttons = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
     assert len(buttons) == 1  # tok/s and acceptance length moved at the same commits: one bisect
+
+
+def test_since_takes_periods_and_iso_dates():
+    import argparse
+
+    from bot._cmd_report import parse_since
+
+    assert parse_since("7d", NOW) == NOW - dt.timedelta(days=7)
+    assert parse_since("36h", NOW) == NOW - dt.timedelta(hours=36)
+    assert parse_since("2w", NOW) == NOW - dt.timedelta(weeks=2)
+    assert parse_since("2026-11-01", NOW) == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    with pytest.raises(argparse.ArgumentTypeError, match="not a period"):
+        parse_since("last week", NOW)
