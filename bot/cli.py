@@ -18,7 +18,14 @@ from rich.text import Text
 
 import core
 import storage
-from bot import _cmd_bisect, _cmd_compare, _cmd_env, _cmd_measure, _cmd_triage
+from bot import (
+    _cmd_bisect,
+    _cmd_compare,
+    _cmd_env,
+    _cmd_measure,
+    _cmd_report,
+    _cmd_triage,
+)
 
 EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_HOST, EXIT_INTERRUPTED = 2, 3, 4, 5, 130
 _FAILURES = (
@@ -35,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specperf", description="Measure and compare LLM serving throughput.")
     parser.add_argument("--config", help="specperf.toml to use (default: ./specperf.toml or the embedded test engine)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (_cmd_measure, _cmd_compare, _cmd_env, _cmd_triage, _cmd_bisect):
+    for command in (_cmd_measure, _cmd_compare, _cmd_env, _cmd_triage, _cmd_bisect, _cmd_report):
         command.register(sub)
     return parser
 

@@ -16,7 +16,9 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
-    GitError, BuildError
+    GitError, BuildError, first_parent_order
+    Series, SeriesPoint, env_changes, analyze_series, detect_change_points, SeriesAnalysis, ChangePoint,
+    Drift, unpaired_shift, Shift, build_summary, render_trend_chart
     Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
     bisect, BisectRequest, BisectResult, BisectStep, BisectObserver
     triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
@@ -26,6 +28,9 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
 """
 
 from core._bisect import BisectObserver, BisectRequest, BisectResult, BisectStep, bisect
+from core._changepoints import ChangePoint, Drift, SeriesAnalysis
+from core._changepoints import analyze as analyze_series
+from core._changepoints import detect as detect_change_points
 from core._checks import Check, CheckStatus, run_checks, worst
 from core._compare import (
     Arm,
@@ -75,7 +80,7 @@ from core._fingerprint import (
     flatten_snapshot,
     load_snapshot,
 )
-from core._git import GitError
+from core._git import GitError, first_parent_order
 from core._host import CommandResult, EngineHandle, Host, LocalHost, SshHost, open_host
 from core._hygiene import Holder, clean_gpus, gpu_holders
 from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
@@ -90,6 +95,7 @@ from core._probe import (
     probe_script_text,
 )
 from core._report import render_chart, summarize
+from core._series import Series, SeriesPoint, env_changes
 from core._sglang_log import DecodeLogLine, parse_decode_line
 from core._stats import (
     IMPROVEMENT,
@@ -97,12 +103,15 @@ from core._stats import (
     NO_CHANGE,
     REGRESSION,
     ArmTrial,
+    Shift,
     Speedup,
     Verdict,
     decide,
     speedup,
     speedup_change,
+    unpaired_shift,
 )
+from core._summary import build_summary, render_trend_chart
 from core._triage import FileTriage, TriageEntry, TriageReport, triage
 from core._worktree_engine import BuildError
 
@@ -118,7 +127,9 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
-    "GitError", "BuildError",
+    "GitError", "BuildError", "first_parent_order",
+    "Series", "SeriesPoint", "env_changes", "analyze_series", "detect_change_points", "SeriesAnalysis",
+    "ChangePoint", "Drift", "unpaired_shift", "Shift", "build_summary", "render_trend_chart",
     "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",
     "Holder", "HostError", "HostBusyError", "CommandTimeout",
     "bisect", "BisectRequest", "BisectResult", "BisectStep", "BisectObserver",

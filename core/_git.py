@@ -146,3 +146,16 @@ async def files_naming(host: Host, repo: str, sha: str, words: list[str], folder
         args += ["-e", word]
     result = await _git(host, repo, *args, sha, "--", folder, check=False)
     return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]
+
+
+async def first_parent_order(host: Host, repo: str, ref: str = "HEAD", limit: int = 2000) -> list[str]:
+    """The commits on ``ref``'s first-parent chain in ``repo`` on ``host``, oldest first
+    (full SHAs, at most ``limit``, the newest ones): the order a branch's history is read in.
+
+    Raises:
+        GitError: ``ref`` is not a ref or names no commit (see :func:`resolve_commit`).
+        HostError: the host cannot be reached.
+    """
+    sha = await resolve_commit(host, repo, ref)
+    result = await _git(host, repo, "rev-list", "--first-parent", f"--max-count={int(limit)}", sha)
+    return list(reversed(result.stdout.split()))

@@ -147,18 +147,93 @@ def decide(
     p = float(stats.mannwhitneyu(np.log([t.output_tok_s for t in head]), np.log([t.output_tok_s for t in base]),
                                  alternative="two-sided").pvalue)
     interval = dict(ci_low_pct=_pct(low), ci_high_pct=_pct(high), p_value=p)
-    if (high < -margin or low > margin) and p < alpha:
-        verdict = REGRESSION if high < -margin else IMPROVEMENT
+    verdict = _classify(low, high, p, margin, alpha)
+    if verdict in (REGRESSION, IMPROVEMENT):
         attribution = _attribution(acceptance_change, step_change)
         because = f"; {attribution} moved" if attribution else ""
         return Verdict(verdict, more_trials=None, attribution=attribution,
                        reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3f} < {alpha:g}{because}",
                        **interval, **common)
-    if -margin <= low and high <= margin:
+    if verdict == NO_CHANGE:
         return Verdict(NO_CHANGE, more_trials=None, attribution=None,
                        reason=f"the whole 95% interval lies within +-{margin_pct:g}%", **interval, **common)
     return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, mean, margin, min_pairs), attribution=None,
                    reason=_inconclusive_reason(low, high, margin, p, alpha), **interval, **common)
+
+
+def _classify(low: float, high: float, p: float, margin: float, alpha: float) -> str:
+    """The three-way rule on a log-ratio interval (low, high), a rank-test p and a log margin."""
+    if (high < -margin or low > margin) and p < alpha:
+        return REGRESSION if high < -margin else IMPROVEMENT
+    if -margin <= low and high <= margin:
+        return NO_CHANGE
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Shift:
+    """How output tok/s differs between two unpaired groups of trials (``after`` against
+    ``before``), judged by the same rule as :func:`decide`. Percentages are of ``before``."""
+
+    verdict: str
+    n_before: int
+    n_after: int
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    p_value: float
+    margin_pct: float
+    alpha: float
+    reason: str
+
+
+def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float = 2.0, alpha: float = 0.05,
+                   seed: int = 0) -> Shift:
+    """Compare two unpaired samples of output tok/s (trials of different runs, e.g. the
+    commits on each side of a change point).
+
+    The change is ``exp(mean ln after - mean ln before) - 1`` with a 95% BCa bootstrap
+    interval (scipy, two-sample, seeded); p is the two-sided Mann-Whitney U test on the logs.
+    REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow :func:`decide`'s rule.
+
+    Args:
+        before, after: per-trial output tok/s, at least 2 values each, all positive.
+
+    Raises:
+        ValueError: fewer than 2 values on a side, or a value that is not positive.
+    """
+    if len(before) < 2 or len(after) < 2:
+        raise ValueError(f"need at least 2 trials on each side (got {len(before)} and {len(after)})")
+    a, b = np.log(np.asarray(before, dtype=float)), np.log(np.asarray(after, dtype=float))
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("throughput values must be positive")
+    mean = float(b.mean() - a.mean())
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        low = high = mean
+    else:
+        result = stats.bootstrap((b, a), lambda x, y, axis=-1: x.mean(axis=axis) - y.mean(axis=axis),
+                                 confidence_level=0.95, n_resamples=9999, method="BCa",
+                                 random_state=np.random.default_rng(seed))
+        low, high = (float(v) for v in result.confidence_interval)
+        if not (np.isfinite(low) and np.isfinite(high)):
+            low, high = _percentile_interval(a, b, seed)
+    p = float(stats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
+    margin = math.log1p(margin_pct / 100.0)
+    verdict = _classify(low, high, p, margin, alpha)
+    if verdict in (REGRESSION, IMPROVEMENT):
+        reason = f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3g} < {alpha:g}"
+    elif verdict == NO_CHANGE:
+        reason = f"the whole 95% interval lies within +-{margin_pct:g}%"
+    else:
+        reason = _inconclusive_reason(low, high, margin, p, alpha)
+    return Shift(verdict, len(a), len(b), _pct(mean), _pct(low), _pct(high), p, margin_pct, alpha, reason)
+
+
+def _percentile_interval(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    draws = [rng.choice(b, b.size).mean() - rng.choice(a, a.size).mean() for _ in range(2000)]
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def _attribution(acceptance_change: float | None, step_change: float | None) -> str | None:

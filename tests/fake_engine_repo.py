@@ -7,9 +7,10 @@ whether it starts at all. ``--itl-scale`` in a mode's arguments stands in for sp
 decoding making tokens cheaper.
 
 Commits (linear, on ``main``, each tagged): ``base``; ``noop`` (a comment); ``slow`` (ITL x
-1.10, about -9% tok/s); ``broken`` (exits at start with an error). ``bisect_commits()`` gives
-the history the bisect tests plant instead: ``good`` then ``c1`` ... ``cN``, where one commit
-slows ITL by 10% for good and one fails to start.
+1.10, about -9% tok/s); ``broken`` (exits at start with an error). ``linear_history()`` gives
+the longer histories the bisect and history tests plant instead: a first commit, then
+``c1`` ... ``cN`` (or another tag), where one commit slows ITL by 10% for good and one may
+fail to start.
 """
 
 from __future__ import annotations
@@ -54,15 +55,17 @@ COMMITS = [
 ]
 
 
-def bisect_commits(n: int = 16, slow: int = 8, broken: int = 6, noise: float = 0.004) -> list[tuple[str, str, dict]]:
-    """``good`` and ``n`` commits after it (tags ``c1``..``cN``): ``c{slow}`` and every later
-    commit have ITL x 1.10; ``c{broken}`` alone exits at start; ``slow=0`` plants no regression."""
-    commits = [("good", "good", {"itl": 2.0, "noise": noise, "fails": False, "comment": ""})]
+def linear_history(n: int = 16, slow: int = 8, broken: int = 0, noise: float = 0.004, tag: str = "c",
+                   first: str = "good") -> list[tuple[str, str, dict]]:
+    """A first commit (tag ``first``) and ``n`` commits after it (tags ``<tag>1``..``<tag>N``):
+    ``<tag><slow>`` (subject "slower decode step") and every later commit have ITL x 1.10;
+    ``<tag><broken>`` alone exits at start; 0 plants neither. For :func:`make_repo`."""
+    commits = [(first, first, {"itl": 2.0, "noise": noise, "fails": False, "comment": ""})]
     for i in range(1, n + 1):
         subject = "slower decode step" if i == slow else "breaks start-up" if i == broken else f"refactor {i}"
         knobs = {"itl": 2.2 if slow and i >= slow else 2.0, "noise": noise, "fails": i == broken,
                  "comment": f"# change {i}"}
-        commits.append((f"c{i}", subject, knobs))
+        commits.append((f"{tag}{i}", subject, knobs))
     return commits
 
 
@@ -71,13 +74,13 @@ def _git(repo: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_repo(path: Path, commits: list[tuple[str, str, dict]] = COMMITS) -> dict[str, str]:
-    """Create the repository at ``path`` with ``commits`` ((tag, subject, knobs), default
-    base/noop/slow/broken); returns {tag: full SHA}."""
+def make_repo(path: Path, commits: list[tuple[str, str, dict]] | None = None) -> dict[str, str]:
+    """Create the repository at ``path`` with ``commits`` (tag, message, knobs) in order, by
+    default :data:`COMMITS`; returns {tag: full SHA}."""
     path.mkdir(parents=True)
     _git(path, "init", "-q", "-b", "main")
     shas = {}
-    for tag, message, knobs in commits:
+    for tag, message, knobs in commits or COMMITS:
         (path / "src").mkdir(exist_ok=True)
         (path / "src/fake_engine.py").write_text(ENGINE.format(**knobs))
         _git(path, "add", "-A")

@@ -19,7 +19,7 @@ import core
 import storage
 from core._bisect import Search
 from tests.conftest import ROOT, SPECPERF, group_members, local_host
-from tests.fake_engine_repo import bisect_commits, fake_engine, make_repo
+from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 from tests.test_compare import long_running_config
 
 WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=6, warmup_requests=1)  # ~1 s a launch
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(400)  # the planted bisect is about six compare
 def planted(tmp_path_factory):
     """The planted repository and one work directory (worktrees are reused across tests)."""
     root = tmp_path_factory.mktemp("bisect")
-    return root / "repo", make_repo(root / "repo", bisect_commits(n=16, slow=8, broken=6)), root / "work"
+    return root / "repo", make_repo(root / "repo", linear_history(n=16, slow=8, broken=6)), root / "work"
 
 
 def request_for(planted, port: int, good: str, bad: str) -> core.BisectRequest:

@@ -1,0 +1,109 @@
+"""The regression summary (``core.build_summary``) as a Slack message: Block Kit blocks and the
+plain-text fallback that notifications show. Pure: no Slack client here; the bot posts the
+blocks to the configured channel and uploads the trend chart (``core.render_trend_chart``).
+
+Each new change point and a flagged drift carry a button (``action_id`` ``specperf_bisect``,
+``value`` ``"<good sha> <bad sha> <engine> <mode>"``) for the bot to start a bisect with, and
+the same command as text to copy.
+"""
+
+from __future__ import annotations
+
+BISECT_ACTION = "specperf_bisect"
+_MAX_BLOCKS = 50  # Slack's limit per message
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _escape(text: str) -> str:
+    """Slack mrkdwn control characters (&, <, >) escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _bisect_button(label: str, good: str, bad: str, engine: str, mode: str) -> dict:
+    return {"type": "button", "text": {"type": "plain_text", "text": label[:75]}, "action_id": BISECT_ACTION,
+            "value": f"{good} {bad} {engine} {mode}"}
+
+
+def summary_blocks(summary: dict, title: str = "specperf regression summary") -> tuple[list[dict], str]:
+    """``(blocks, text)`` for ``chat.postMessage``: the headline; per series (engine, mode) the
+    latest tok/s, change against the 7-day median and the last good commit, acceptance length;
+    new change points (of tok/s and of acceptance length) with their commit range and a
+    bisect button (one per commit range); a flagged drift;
+    environment changes. A quiet summary is one section with its one line, and ``text`` is
+    that line."""
+    headline = _escape(summary["headline"])
+    if summary["quiet"]:
+        return [{"type": "section", "text": {"type": "mrkdwn", "text": headline}}], summary["headline"]
+    blocks: list[dict] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*"}},
+    ]
+    lines = [summary["headline"]]
+    for e in summary["series"]:
+        name = _escape(f"{e['engine']} / {e['mode']}")
+        latest, good = e["latest"], e["last_good"]
+        acceptance = f", acceptance length {_num(latest['acceptance_length'], 2)}" \
+            if latest["acceptance_length"] is not None else ""
+        good_text = f" ({good['sha'][:10]})" if good else ""
+        text = (f"*{name}* ({_escape(e['workload'])}, host {_escape(e['host'])}): latest `{latest['sha'][:10]}` "
+                f"*{_num(latest['output_tok_s'])} tok/s*{acceptance}; "
+                f"{_pct(e['change_vs_7d_median_pct'])} vs 7-day median, "
+                f"{_pct(e['change_vs_last_good_pct'])} vs last good{good_text}")
+        blocks += [{"type": "divider"}, {"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+        lines.append(f"{e['engine']} / {e['mode']}: {_num(latest['output_tok_s'])} tok/s, "
+                     f"{_pct(e['change_vs_7d_median_pct'])} vs 7-day median, "
+                     f"{_pct(e['change_vs_last_good_pct'])} vs last good")
+        buttons = []
+        for cp in (c for c in e["change_points"] if c["new"]):
+            test = cp["test"]
+            acc = ""
+            if cp["acceptance_length_before"] is not None:
+                acc = (f", acceptance length {_num(cp['acceptance_length_before'], 2)} → "
+                       f"{_num(cp['acceptance_length_after'], 2)}")
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": (
+                f":rotating_light: *{cp['verdict']}* at `{cp['range']}`: {_num(cp['output_tok_s_before'])} → "
+                f"{_num(cp['output_tok_s_after'])} tok/s, {_pct(test['change_pct'])} "
+                f"(95% CI {_pct(test['ci_low_pct'])} .. {_pct(test['ci_high_pct'])}, p = {test['p_value']:.2g})"
+                f"{acc}\n`{_escape(cp['bisect'])}`")}})
+            lines.append(f"{cp['verdict']} {e['engine']} / {e['mode']} at {cp['range']} {_pct(test['change_pct'])}")
+            buttons.append(_bisect_button(f"Bisect {cp['range']}", cp["good_sha"], cp["bad_sha"], e["engine"],
+                                          e["mode"]))
+        for cp in (c for c in e["acceptance_change_points"] if c["new"]):
+            test = cp["test"]
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": (
+                f":dart: *acceptance length {cp['verdict']}* at `{cp['range']}`: "
+                f"{_num(cp['acceptance_length_before'], 2)} → {_num(cp['acceptance_length_after'], 2)}, "
+                f"{_pct(test['change_pct'])} (p = {test['p_value']:.2g})\n`{_escape(cp['bisect'])}`")}})
+            lines.append(f"acceptance length {cp['verdict']} {e['engine']} / {e['mode']} at {cp['range']} "
+                         f"{_pct(test['change_pct'])}")
+            if all(b["value"] != f"{cp['good_sha']} {cp['bad_sha']} {e['engine']} {e['mode']}" for b in buttons):
+                buttons.append(_bisect_button(f"Bisect {cp['range']}", cp["good_sha"], cp["bad_sha"], e["engine"],
+                                              e["mode"]))
+        drift = e["drift"]
+        if drift and drift["flagged"]:
+            test = drift["test"]
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": (
+                f":chart_with_downwards_trend: *drift*: the newest commit `{drift['newest_shas'][-1][:10]}` is "
+                f"{_pct(test['change_pct'])} against the last good `{drift['good_sha'][:10]}` "
+                f"(p = {test['p_value']:.2g})\n`{_escape(drift['bisect'])}`")}})
+            lines.append(f"drift {e['engine']} / {e['mode']} {_pct(test['change_pct'])} against the last good")
+            buttons.append(_bisect_button(f"Bisect the drift {drift['good_sha'][:7]}..{drift['newest_shas'][-1][:7]}",
+                                          drift["good_sha"], drift["newest_shas"][-1], e["engine"], e["mode"]))
+        if buttons:
+            blocks.append({"type": "actions", "elements": buttons[:25]})
+        envs = [c for c in e["env_changes"] if c["new"]]
+        if envs:
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _escape(
+                "environment: " + " | ".join(f"{c['sha'][:10]}: {'; '.join(c['lines'])}" for c in envs))[:3000]}]})
+            lines += [f"environment {e['engine']} at {c['sha'][:10]}: {'; '.join(c['lines'])}" for c in envs]
+    if len(blocks) > _MAX_BLOCKS:
+        blocks = blocks[:_MAX_BLOCKS - 1] + [{"type": "context", "elements": [
+            {"type": "mrkdwn", "text": "more in `specperf report`"}]}]
+    return blocks, "\n".join(lines)

@@ -1,0 +1,127 @@
+"""History series from stored runs: one point per measured commit, per (engine, host, mode,
+workload), in commit order.
+
+Every done run measured two commits (its base and head arms), so a commit's point pools the
+ok trials of every arm with its SHA and mode in the series' done runs: a watch that compares
+each new head against the previous one measures most commits twice. Per point: output tok/s
+and acceptance length (medians of its trials), the trials, the run ids, when it was last
+measured, the verdicts of runs that had it as head, and the newest full env snapshot taken
+for it (``arm-base``/``arm-head``) with what changed in driver, NCCL, torch and engine
+libraries since the previous point that has one.
+
+Commit order: the caller's list of SHAs, oldest first (the engine repo's first-parent order:
+``core._git.first_parent_order``); commits not on it are left out and counted. Without one,
+the order in which the commits were first measured (a base before its head).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Sequence
+
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from core import Series, SeriesPoint, env_changes
+from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
+
+
+def _aware(when: dt.datetime) -> dt.datetime:
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)  # SQLite drops the zone
+
+
+def load_series(engine: Engine, *, engine_name: str | None = None, host: str | None = None,
+                commit_order: dict[str, Sequence[str]] | Sequence[str] | None = None) -> list[Series]:
+    """Every series in the database (optionally of one engine or host).
+
+    Args:
+        engine: the database.
+        engine_name, host: keep only these.
+        commit_order: SHAs oldest first, for all engines, or ``{engine name: SHAs}``; an
+            engine without one is ordered by run time.
+
+    Returns:
+        Series sorted by (engine, host, mode, workload); only ``done`` runs and ``ok`` trials
+        count; a series has at least one point.
+    """
+    with Session(engine) as session:
+        query = select(Run).where(Run.status == "done").order_by(Run.created_at, Run.id)
+        if engine_name:
+            query = query.where(Run.engine_name == engine_name)
+        if host:
+            query = query.where(Run.host == host)
+        runs = list(session.exec(query))
+        run_ids = [r.id for r in runs]
+        arms = list(session.exec(select(Arm).where(Arm.run_id.in_(run_ids)))) if run_ids else []
+        # only the figures a series needs: not the per-request records a trial row also holds
+        trials = list(session.exec(select(Trial.run_id, Trial.arm_id, Trial.output_tok_s, Trial.acceptance_length)
+                                   .where(Trial.run_id.in_(run_ids), Trial.status == "ok")
+                                   .order_by(Trial.run_id, Trial.seq))) if run_ids else []
+        snapshots = list(session.exec(select(EnvSnapshot).where(EnvSnapshot.run_id.in_(run_ids),
+                                                                EnvSnapshot.phase.in_(["arm-base", "arm-head"]))
+                                      .order_by(EnvSnapshot.id))) if run_ids else []
+        verdicts = list(session.exec(select(VerdictRow).where(VerdictRow.run_id.in_(run_ids)))) if run_ids else []
+
+    by_run = {r.id: r for r in runs}
+    arm_of = {a.id: a for a in arms}
+    snapshot_of: dict[str, dict] = {}  # sha -> newest full snapshot (ids ascend with time)
+    for snap in snapshots:
+        run = by_run[snap.run_id]
+        snapshot_of[run.base_sha if snap.phase == "arm-base" else run.head_sha] = snap.data
+    verdicts_of: dict[tuple[int, str], VerdictRow] = {(v.run_id, v.mode): v for v in verdicts}
+
+    # (engine, host, mode, workload) -> sha -> collected figures
+    collected: dict[tuple, dict[str, dict]] = {}
+    order_seen: dict[tuple, list[str]] = {}
+    for run in runs:
+        for mode in run.modes:
+            key = (run.engine_name, run.host, mode, run.workload_name)
+            shas = collected.setdefault(key, {})
+            for role, sha, ref in (("base", run.base_sha, run.base_ref), ("head", run.head_sha, run.head_ref)):
+                if sha not in shas:
+                    shas[sha] = {"refs": [], "tok": [], "acc": [], "runs": [], "times": [], "verdicts": []}
+                    order_seen.setdefault(key, []).append(sha)
+                entry = shas[sha]
+                if ref not in entry["refs"]:
+                    entry["refs"].append(ref)
+                if run.id not in entry["runs"]:
+                    entry["runs"].append(run.id)
+                    entry["times"].append(_aware(run.created_at))
+                if role == "head" and (v := verdicts_of.get((run.id, mode))) is not None:
+                    entry["verdicts"].append({"run_id": run.id, "base_sha": run.base_sha, "verdict": v.verdict,
+                                              "change_pct": v.change_pct})
+    for run_id, arm_id, output_tok_s, acceptance_length in trials:
+        arm = arm_of[arm_id]
+        run = by_run[run_id]
+        entry = collected[(run.engine_name, run.host, arm.mode, run.workload_name)][arm.sha]
+        entry["tok"].append(output_tok_s)
+        if acceptance_length is not None:
+            entry["acc"].append(acceptance_length)
+
+    series = []
+    for key in sorted(collected):
+        order = commit_order.get(key[0]) if isinstance(commit_order, dict) else commit_order
+        measured = [sha for sha in order_seen[key] if collected[key][sha]["tok"]]
+        if order is not None:
+            position = {sha: i for i, sha in enumerate(order)}
+            on_branch = sorted((sha for sha in measured if sha in position), key=position.__getitem__)
+            off_branch, ordered_by = len(measured) - len(on_branch), "first-parent"
+        else:
+            on_branch, off_branch, ordered_by = measured, 0, "run time"
+        points, previous_env = [], None
+        for sha in on_branch:
+            entry = collected[key][sha]
+            env = snapshot_of.get(sha)
+            points.append(SeriesPoint(
+                sha=sha, refs=entry["refs"], output_tok_s=statistics.median(entry["tok"]),
+                acceptance_length=statistics.median(entry["acc"]) if entry["acc"] else None,
+                trials_output_tok_s=entry["tok"], trials_acceptance_length=entry["acc"],
+                run_ids=sorted(entry["runs"]), first_measured_at=min(entry["times"]),
+                last_measured_at=max(entry["times"]), verdicts=entry["verdicts"], env=env,
+                env_changes=env_changes(previous_env, env),
+            ))
+            previous_env = env or previous_env
+        if points:
+            series.append(Series(*key, points=points, ordered_by=ordered_by, off_branch=off_branch))
+    return series
