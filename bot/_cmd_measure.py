@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--json", help="where to write the JSON result (default: the data directory)")
     m.add_argument("--host", help="host to run the engine on (default: the engine's host from the config)")
     m.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
+    m.add_argument("--force-clean", action="store_true",
+                   help="stop foreign processes holding the host's GPUs instead of refusing to run")
     m.set_defaults(run=run)
 
 
@@ -68,6 +70,13 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     async with open_host(config, args.host or engine.host) as host, \
             host.lock(owner(f"measure {engine_name} {args.mode}"), wait=not args.no_wait,
                       on_wait=lambda message: console.print(message, markup=False, highlight=False)):
+        try:
+            snapshot = await core.probe_async(engine.python, cheap=True, env=engine.env, host=host)
+        except core.ProbeError as exc:
+            console.print(f"environment probe failed ({exc}); GPU holders from device files only", markup=False)
+            snapshot = None
+        for line in await core.clean_gpus(host, snapshot, force_clean=args.force_clean, grace_s=engine.stop_grace_s):
+            console.print(line, markup=False, highlight=False)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as progress:
             task = progress.add_task(f"starting {engine_name} ({args.mode}) on host {host.name}", total=workload.requests)

@@ -4,6 +4,7 @@ names from the config, and number formatting."""
 from __future__ import annotations
 
 import os
+import pwd
 from importlib import resources
 from pathlib import Path
 
@@ -81,8 +82,11 @@ def open_host(config: core.Config, name: str) -> core.Host:
 
 def owner(command: str) -> dict:
     """Who holds a host lock: this process, for a waiter's message."""
-    return {"by": f"{os.environ.get('USER') or os.getuid()}@{os.uname().nodename} pid {os.getpid()}",
-            "doing": command}
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = str(os.getuid())
+    return {"by": f"{user}@{os.uname().nodename} pid {os.getpid()}", "doing": command}
 
 
 def database(config: core.Config, url: str | None = None):

@@ -176,6 +176,15 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
 
 async def _experiment(request: CompareRequest, obs: CompareObserver, result: CompareResult) -> None:
     settings, engine, host = request.settings, request.engine, request.host
+    # GPU hygiene first, before worktrees and builds, so a busy host is refused at once
+    python = host.config.python if "{prefix}" in engine.python else engine.python
+    try:
+        preflight = await probe_async(python, cheap=True, env=engine.env, host=host)
+    except ProbeError as exc:
+        obs.progress(f"environment probe (preflight) failed: {exc}")
+        preflight = None
+    for line in await clean_gpus(host, preflight, force_clean=request.force_clean, grace_s=engine.stop_grace_s):
+        obs.progress(line)
     engines: dict[str, tuple[EngineConfig, str]] = {}
     for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
         obs.progress(f"preparing {role} {sha[:12]} on host {host.name}")
@@ -190,7 +199,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
     if all(full.values()):
         result.arm_env_diff = [c.line for c in diff_snapshots(full["base"], full["head"])]
     for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
-                                 grace_s=engine.stop_grace_s):
+                                 grace_s=engine.stop_grace_s):  # again: a newcomer during the builds
         obs.progress(line)
 
     deadline = time.monotonic() + settings.time_budget_s

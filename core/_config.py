@@ -74,12 +74,25 @@ class HostConfig(_Strict):
     ignore_holders: list[str] = Field(default_factory=lambda: ["nvidia-persistenced", "nv-hostengine", "nv-fabricmanager", "dcgm"])
     trial_deadline_s: float = Field(default=7200.0, gt=0)
 
-    @field_validator("workdir")
+    @field_validator("ssh", "jump", "python", "engine_address", mode="before")
     @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("/"):
+    def _expand_text(cls, value):
+        return _expand(value) if isinstance(value, str) else value
+
+    @field_validator("exec_prefix", mode="before")
+    @classmethod
+    def _expand_words(cls, value):
+        return [_expand(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+
+    @field_validator("workdir", mode="before")
+    @classmethod
+    def _absolute(cls, value):
+        if not isinstance(value, str):
+            return value
+        value = _expand(value)
+        if not value.startswith("/"):
             raise ValueError("must be an absolute path (no ~: it would not expand on the host)")
-        return value
+        return value.rstrip("/") or "/"
 
     @field_validator("known_hosts", "identity_file")
     @classmethod

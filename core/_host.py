@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import shlex
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
@@ -77,8 +78,9 @@ class Host(ABC):
     def __init__(self, name: str, config: HostConfig, workdir: str) -> None:
         self.name = name
         self.config = config
-        self.workdir = workdir
+        self.workdir = workdir.rstrip("/") or "/"
         self.commands_run = 0
+        self._locks_held = 0  # while > 0, a lost SSH connection is not silently reopened
 
     @property
     @abstractmethod
@@ -136,6 +138,13 @@ class Host(ABC):
             HostError: the host cannot be reached.
         """
 
+    def _result(self, argv: list[str], status: int, stdout: bytes, stderr: bytes, timeout_s: float) -> CommandResult:
+        err = stderr.decode(errors="replace")
+        if status == 124 and err.rstrip().endswith("specperf-agent: timed out"):
+            raise CommandTimeout(f"{shlex.join(argv)[:200]} did not finish within {timeout_s:g} s on host "
+                                 f"{self.name}; its process group was stopped")
+        return CommandResult(argv, status, stdout.decode(errors="replace"), err)
+
     async def agent(self, *args: str, input: bytes | None = None, timeout_s: float = 60.0) -> CommandResult:
         """Run one mode of :mod:`core._host_agent` on the host with its ``python``.
 
@@ -160,9 +169,10 @@ class Host(ABC):
         return json.loads((await self.agent("holders", logs, *self.config.device_paths)).stdout)
 
     async def describe(self, pids: list[int]) -> list[dict]:
-        """``[{"pid", "pgid", "user", "cmdline", "log"}]`` for those of ``pids`` that exist on the
-        host (``log``: where their group leader's output goes)."""
-        return json.loads((await self.agent("describe", *map(str, pids))).stdout) if pids else []
+        """``[{"pid", "pgid", "user", "cmdline", "start", "log", "ours"}]`` for those of ``pids``
+        that exist on the host (``log``: where their group leader's output goes; ``ours``: that
+        is in ``<workdir>/logs``)."""
+        return json.loads((await self.agent("describe", f"{self.workdir}/logs", *map(str, pids))).stdout) if pids else []
 
     async def stop_recorded_group(self, pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
         """Stop group ``pgid`` if its leader still writes to ``log_path`` (a group this tool
@@ -170,9 +180,13 @@ class Host(ABC):
         result = await self.agent("stop-recorded", str(pgid), log_path, f"{grace_s:g}", timeout_s=grace_s + 30)
         return json.loads(result.stdout)["stopped"]
 
-    async def stop_pid(self, pid: int, grace_s: float = 15.0) -> bool:
-        """SIGTERM ``pid`` on the host, wait ``grace_s``, SIGKILL (for ``--force-clean`` only)."""
-        return json.loads((await self.agent("stop-pid", str(pid), f"{grace_s:g}", timeout_s=grace_s + 30)).stdout)["stopped"]
+    async def stop_pid(self, pid: int, start: int | None, grace_s: float = 15.0) -> bool:
+        """SIGTERM ``pid`` on the host, wait ``grace_s``, SIGKILL (for ``--force-clean`` only);
+        each signal only while the pid still belongs to the process that started at ``start``
+        (clock ticks since boot, from :meth:`holders`)."""
+        result = await self.agent("stop-pid", str(pid), "-" if start is None else str(start), f"{grace_s:g}",
+                                  timeout_s=grace_s + 30)
+        return json.loads(result.stdout)["stopped"]
 
     async def read_text(self, path: str, offset: int = 0, limit_bytes: int = 16 << 20) -> str:
         """The file's text from byte ``offset`` on, at most its last ``limit_bytes``."""
@@ -220,9 +234,13 @@ class Host(ABC):
         path = f"{self.workdir}/host.lock"
         told = False
         while True:
-            proc = await self.spawn(["flock", "--nonblock", path, "sh", "-c", "echo locked; exec cat"])
-            if (await proc.readline()).strip() == "locked":
+            proc = await self.spawn(["flock", "--nonblock", path, "sh", "-c", "echo specperf-locked; exec cat"])
+            line = await proc.readline()
+            while line and line.strip() != "specperf-locked":  # whatever a login shell printed first
+                line = await proc.readline()
+            if line:
                 break
+            proc.close()
             status = await proc.wait()
             if status != 1:  # flock's answer for "held by someone else"
                 raise HostError(f"cannot take the lock of host {self.name}: flock {path} ended with status "
@@ -235,10 +253,12 @@ class Host(ABC):
                 on_wait(f"{message}; waiting for it to finish")
                 told = True
             await asyncio.sleep(poll_s)
+        self._locks_held += 1
         try:
             await self.write_file(f"{path}.owner", json.dumps({**owner, "since": time.time()}).encode())
             yield
         finally:
+            self._locks_held -= 1
             proc.close()
             await proc.wait()
 
@@ -343,33 +363,27 @@ class LocalHost(Host):
 
     async def run(self, argv, *, timeout_s=300.0, cwd=None, env=None, input=None) -> CommandResult:
         self.commands_run += 1
+        if cwd and not os.path.isdir(cwd):
+            return CommandResult(argv, 127, "", f"{cwd} (working directory): not found")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", AGENT_SOURCE, "run", f"{timeout_s:g}", *argv,
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=cwd, env=_merged_env(env),
+            start_new_session=True)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=cwd,
-                env=_merged_env(env), start_new_session=True)
-        except FileNotFoundError as exc:
-            missing = argv[0] if exc.filename in (None, argv[0]) else f"{cwd} (working directory)"
-            return CommandResult(argv, 127, "", f"{missing}: not found")
-        except (PermissionError, NotADirectoryError) as exc:
-            return CommandResult(argv, 126, "", f"{exc.filename}: {exc.strerror}")
-        try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout_s)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            await asyncio.to_thread(_host_agent.stop_group, proc.pid, 2.0, lambda: _alive(proc.pid))
+            stdout, stderr = await proc.communicate(input)
+        except asyncio.CancelledError:
+            proc.terminate()  # the helper stops the command's group
             await proc.wait()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise CommandTimeout(f"{shlex.join(argv)[:200]} did not finish within {timeout_s:g} s on host "
-                                 f"{self.name}; its process group was stopped") from None
-        return CommandResult(argv, proc.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+            raise
+        return self._result(argv, proc.returncode, stdout, stderr, timeout_s)
 
     async def spawn(self, argv, *, cwd=None, env=None) -> Spawned:
         self.commands_run += 1
-        try:
+        try:  # its own session: a Ctrl-C at the terminal must not end a lock holder early
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, cwd=cwd, env=_merged_env(env))
+                stderr=asyncio.subprocess.DEVNULL, cwd=cwd, env=_merged_env(env), start_new_session=True)
         except OSError as exc:
             raise HostError(f"cannot start {argv[0]} on host {self.name}: {exc.strerror}") from None
         return _LocalSpawned(proc)
@@ -392,18 +406,13 @@ class LocalHost(Host):
         return await asyncio.to_thread(_host_agent.device_holders, f"{self.workdir}/logs", self.config.device_paths)
 
     async def describe(self, pids: list[int]) -> list[dict]:
-        return [dict(info, log=_host_agent.leader_output(info["pgid"]))
-                for info in map(_host_agent._describe, pids) if info]
+        return [info for info in (_host_agent.describe(f"{self.workdir}/logs", pid) for pid in pids) if info]
 
     async def stop_recorded_group(self, pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
         return await asyncio.to_thread(_host_agent.stop_recorded_group, pgid, log_path, grace_s)
 
-    async def stop_pid(self, pid: int, grace_s: float = 15.0) -> bool:
-        return await asyncio.to_thread(_host_agent.stop_pid, pid, grace_s)
-
-
-def _alive(pid: int) -> bool:
-    return _host_agent.group_exists(pid)
+    async def stop_pid(self, pid: int, start: int | None, grace_s: float = 15.0) -> bool:
+        return await asyncio.to_thread(_host_agent.stop_pid, pid, grace_s, start)
 
 
 class _SshSpawned(Spawned):
@@ -537,30 +546,48 @@ class SshHost(Host):
         async with self._connecting:
             if self._conn is not None and not self._conn.is_closed():
                 return self._conn
+            if self._conn is not None and self._locks_held:
+                raise HostError(f"the connection to host {self.name} was lost, and with it the host lock this "
+                                "experiment held; stopping here rather than run beside another experiment")
             cfg = self.config
-            options = dict(
-                port=cfg.port, username=self.user, connect_timeout=cfg.connect_timeout_s,
-                keepalive_interval=5, keepalive_count_max=3,
-                known_hosts=cfg.known_hosts if cfg.known_hosts else (),
-            )
+            known_hosts = cfg.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+            if not os.path.isfile(known_hosts):
+                raise HostError(f"hosts.{self.name}.known_hosts: {known_hosts} does not exist; add the host's key "
+                                f"(ssh-keyscan -p {cfg.port} {self.address} >> {known_hosts}, after checking its "
+                                "fingerprint) or point known_hosts at a file that has it")
+            options = dict(port=cfg.port, connect_timeout=cfg.connect_timeout_s, keepalive_interval=5,
+                           keepalive_count_max=3, known_hosts=known_hosts)
+            if self.user:
+                options["username"] = self.user
             if cfg.identity_file:
-                options["client_keys"] = [cfg.identity_file]
+                try:
+                    options["client_keys"] = [asyncssh.read_private_key(cfg.identity_file)]
+                except (OSError, asyncssh.KeyImportError) as exc:
+                    raise HostError(f"hosts.{self.name}.identity_file: cannot use {cfg.identity_file} as an SSH "
+                                    f"private key ({_why(exc)}); give an unencrypted key, or leave identity_file "
+                                    "out and load the key into ssh-agent") from None
             if cfg.jump:
                 options["tunnel"] = cfg.jump
             try:
                 self._conn = await asyncssh.connect(self.address, **options)
             except asyncssh.HostKeyNotVerifiable as exc:
+                if not _knows(known_hosts, self.address, cfg.port):
+                    raise HostError(
+                        f"{known_hosts} has no key for {self.address}:{cfg.port} (host {self.name}); add it "
+                        f"(ssh-keyscan -p {cfg.port} {self.address} >> {known_hosts}, after checking its "
+                        "fingerprint); specperf never skips the check") from None
                 raise HostError(
                     f"host key of {self.address}:{cfg.port} (host {self.name}) is not the one in "
-                    f"{cfg.known_hosts or '~/.ssh/known_hosts'}: it changed or this is another machine ({exc}). "
+                    f"{known_hosts}: it changed or this is another machine ({exc}). "
                     "If the change is expected, remove the old key (ssh-keygen -R) and add the new one; "
                     "specperf never skips the check") from None
             except asyncssh.PermissionDenied:
                 raise HostError(f"SSH authentication to {cfg.ssh} (host {self.name}) failed: set "
                                 "identity_file or load the key into ssh-agent") from None
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
-                raise HostError(f"cannot reach host {self.name} ({cfg.ssh}:{cfg.port}): "
-                                f"{exc or type(exc).__name__}; check the address, port and network") from None
+                via = f" through the jump host {cfg.jump}" if cfg.jump else ""
+                raise HostError(f"cannot reach host {self.name} ({cfg.ssh}:{cfg.port}){via}: "
+                                f"{_why(exc)}; check the address, port and network") from None
             return self._conn
 
     async def close(self) -> None:
@@ -572,10 +599,10 @@ class SshHost(Host):
     def _command(self, argv: list[str], cwd: str | None, env: dict[str, str] | None,
                  timeout_s: float | None = None) -> str:
         words = list(self.config.exec_prefix)
+        if timeout_s is not None:  # tied to the channel and the timeout by the helper
+            words += [self.config.python, "-c", AGENT_SOURCE, "run", f"{timeout_s:g}"]
         if cwd or env:
             words += ["env", *(["-C", cwd] if cwd else []), *(f"{k}={v}" for k, v in (env or {}).items())]
-        if timeout_s is not None:
-            words += ["timeout", "--kill-after=2s", f"{timeout_s:g}s"]
         return shlex.join(words + list(argv))
 
     async def run(self, argv, *, timeout_s=300.0, cwd=None, env=None, input=None) -> CommandResult:
@@ -586,22 +613,24 @@ class SshHost(Host):
         self.commands_run += 1
         async with self._sessions:
             try:
-                result = await conn.run(command, input=input, encoding=None, check=False, timeout=timeout_s + 15)
-            except asyncssh.TimeoutError:
+                process = await conn.create_process(command, encoding=None)
+            except (OSError, asyncssh.Error) as exc:
+                raise HostError(f"cannot run {argv[0]} on host {self.name}: {_why(exc)}") from None
+            try:
+                stdout, stderr = await asyncio.wait_for(process.communicate(input), timeout_s + 15)
+                status = (await process.wait(check=False)).exit_status
+            except asyncio.TimeoutError:
                 raise CommandTimeout(f"{shlex.join(argv)[:200]} did not answer within {timeout_s:g} s on "
                                      f"host {self.name}") from None
             except (OSError, asyncssh.Error) as exc:
                 raise HostError(f"the connection to host {self.name} was lost while running "
-                                f"{argv[0]}: {exc or type(exc).__name__}") from None
-        status = result.exit_status
+                                f"{argv[0]}: {_why(exc)}") from None
+            finally:
+                process.close()  # on cancellation too: the helper then stops the command's group
         if status is None:
-            raise HostError(f"{argv[0]} on host {self.name} ended without a status "
-                            f"(signal {result.exit_signal}; the connection may have dropped)")
-        if status in (124, 137) and timeout_s is not None:
-            raise CommandTimeout(f"{shlex.join(argv)[:200]} did not finish within {timeout_s:g} s on host "
-                                 f"{self.name}; its process group was stopped")
-        decode = lambda b: (b or b"").decode(errors="replace")  # noqa: E731
-        return CommandResult(argv, status, decode(result.stdout), decode(result.stderr))
+            raise HostError(f"{argv[0]} on host {self.name} ended without a status: the connection to the host "
+                            "was lost (the command's process group is stopped there)")
+        return self._result(argv, status, stdout or b"", stderr or b"", timeout_s)
 
     async def spawn(self, argv, *, cwd=None, env=None) -> Spawned:
         import asyncssh
@@ -643,6 +672,22 @@ class SshHost(Host):
             yield engine
         finally:
             await engine.stop(grace_s)
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _knows(known_hosts: str, address: str, port: int) -> bool:
+    """Whether ``known_hosts`` has any line for ``address`` (``[address]:port`` off port 22;
+    hashed entries count as known)."""
+    name = address if port == 22 else f"[{address}]:{port}"
+    with open(known_hosts) as fh:
+        for line in fh:
+            hosts = line.split(" ", 1)[0].split(",")
+            if name in hosts or any(h.startswith("|1|") for h in hosts):
+                return True
+    return False
 
 
 def open_host(name: str, config: HostConfig, local_workdir: Path) -> Host:

@@ -7,6 +7,13 @@ document per line on standard output.
 
 Modes:
 
+``run TIMEOUT_S ARGV...``
+    Runs ARGV in a new session with this helper's standard input, output and error, and
+    exits with its status. Its process group is stopped (SIGTERM, 2 s, SIGKILL) when it runs
+    past TIMEOUT_S (then the exit status is 124 and the last line of standard error is
+    ``specperf-agent: timed out``), when the reader of its output goes away (the SSH
+    channel closed: a dropped connection, a cancelled or killed specperf), and on SIGTERM,
+    SIGHUP or SIGINT to the helper, so no command outlives the session that asked for it.
 ``supervise SPEC``
     SPEC is JSON ``{"argv", "env", "cwd", "log_path", "grace_s", "deadline_s"}``. Starts
     ``argv`` in a new session (its process group id equals its pid) under
@@ -19,17 +26,21 @@ Modes:
 ``stop-recorded PGID LOG_PATH GRACE_S``
     Stops the group only if its leader's standard output is still ``LOG_PATH`` (a recycled
     pgid of someone else's process is never signalled). Prints ``{"stopped": bool}``.
-``stop-pid PID GRACE_S``
-    SIGTERM one process, wait, SIGKILL (only for ``--force-clean``). Prints ``{"stopped": bool}``.
+``stop-pid PID START GRACE_S``
+    SIGTERM one process, wait, SIGKILL (only for ``--force-clean``), checking before each
+    signal that the pid still belongs to the process that started at START (clock ticks since
+    boot, as listed): a pid reused by another process is never signalled. Prints
+    ``{"stopped": bool}``.
 ``listeners PORT``
     Prints ``[{"pid", "pgid"}]`` of processes listening on TCP ``PORT`` (from ``/proc``).
 ``holders LOGS_DIR PATTERN...``
-    Prints ``[{"pid", "pgid", "user", "cmdline", "devices", "ours", "log"}]``: processes with a file
+    Prints ``[{"pid", "pgid", "user", "cmdline", "start", "devices", "ours", "log"}]``: processes with a file
     matching a glob PATTERN open (``/dev/nvidia*``); ``ours`` when the leader of its process
     group writes its output into ``LOGS_DIR`` (an engine specperf started); ``log``: where
     that leader's output goes.
-``describe PID...``
-    Prints ``[{"pid", "pgid", "user", "cmdline", "log"}]`` for those of the pids that exist.
+``describe LOGS_DIR PID...``
+    Prints ``[{"pid", "pgid", "user", "cmdline", "start", "log", "ours"}]`` for those of the
+    pids that exist (``ours`` as for ``holders``).
 ``read PATH OFFSET LIMIT``
     Writes the file's bytes from ``OFFSET`` (at most the last ``LIMIT``) to standard output.
 ``size PATH``
@@ -105,10 +116,21 @@ def pid_alive(pid):
         return True  # no /proc: it answered the signal, so it exists
 
 
-def stop_pid(pid, grace_s):
-    """SIGTERM ``pid``, wait ``grace_s`` s, SIGKILL; whether a process was there to stop."""
+def start_ticks(pid):
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop_pid(pid, grace_s, start=None):
+    """SIGTERM ``pid``, wait ``grace_s`` s, SIGKILL; whether a process was there to stop.
+    With ``start``, each signal is sent only while ``pid`` is still the process that started
+    then (a pid the kernel gave to another process is left alone)."""
     def alive():
-        return pid_alive(pid)
+        return pid_alive(pid) and (start is None or start_ticks(pid) == start)
     if not alive():
         return False
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -174,26 +196,34 @@ def _describe(pid):
             user = pwd.getpwuid(uid).pw_name
         except KeyError:
             user = str(uid)
-        return {"pid": pid, "pgid": os.getpgid(pid), "user": user, "cmdline": cmdline}
+        return {"pid": pid, "pgid": os.getpgid(pid), "user": user, "cmdline": cmdline, "start": start_ticks(pid)}
     except OSError:
         return None
 
 
+def describe(logs_dir, pid):
+    """``_describe`` plus ``log`` (where the group leader's output goes) and ``ours`` (that is
+    inside ``logs_dir``, symlinks resolved); None when the pid does not exist."""
+    info = _describe(pid)
+    if info is None:
+        return None
+    leader_log = leader_output(info["pgid"]) or ""
+    info.update(log=leader_log or None, ours=leader_log.startswith(os.path.realpath(logs_dir) + os.sep))
+    return info
+
+
 def device_holders(logs_dir, patterns):
     """Processes holding a file that matches one of ``patterns`` open; see the module doc."""
-    logs_dir = os.path.realpath(logs_dir) + os.sep
     me = os.getpid()
     found = []
     for pid, targets in _open_files():
         devices = sorted({t for t in targets if any(fnmatch.fnmatch(t, p) for p in patterns)})
         if not devices or pid == me:
             continue
-        info = _describe(pid)
-        if info is None:
-            continue
-        leader_log = leader_output(info["pgid"]) or ""
-        info.update(devices=devices, ours=leader_log.startswith(logs_dir), log=leader_log or None)
-        found.append(info)
+        info = describe(logs_dir, pid)
+        if info is not None:
+            info["devices"] = devices
+            found.append(info)
     return found
 
 
@@ -211,6 +241,35 @@ def _emit(doc):
         sys.stdout.flush()
     except OSError:  # the reader is gone (connection lost): keep stopping what we started
         pass
+
+
+def run_tied(timeout_s, argv):
+    """Run ``argv`` tied to this helper's output pipe and a timeout; see the module doc."""
+    try:
+        proc = subprocess.Popen(argv, start_new_session=True)
+    except OSError as exc:
+        sys.stderr.write("%s: %s\n" % (argv[0], exc.strerror))
+        return 126 if isinstance(exc, PermissionError) else 127
+    deadline = time.monotonic() + timeout_s
+    told = []
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda num, _frame: told.append(num))
+    watch = select.poll()
+    for fd in (1, 2):
+        watch.register(fd, select.POLLERR | select.POLLHUP)
+    while proc.poll() is None:
+        gone = bool(told) or any(event & (select.POLLERR | select.POLLHUP) for _, event in watch.poll(200))
+        late = time.monotonic() > deadline
+        if gone or late:
+            stop_group(proc.pid, 2.0, lambda: proc.poll() is None or group_exists(proc.pid))
+            if late:
+                try:
+                    sys.stderr.write("specperf-agent: timed out\n")
+                except OSError:
+                    pass
+                return 124
+            return 255
+    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
 
 
 def supervise(spec):
@@ -251,19 +310,21 @@ def supervise(spec):
 def main(argv):
     """Dispatch one mode (see the module docstring); returns the exit status."""
     mode, args = argv[0], argv[1:]
+    if mode == "run":
+        return run_tied(float(args[0]), args[1:])
     if mode == "supervise":
         return supervise(json.loads(args[0]))
     if mode == "stop-recorded":
         _emit({"stopped": stop_recorded_group(int(args[0]), args[1], float(args[2]))})
     elif mode == "stop-pid":
-        _emit({"stopped": stop_pid(int(args[0]), float(args[1]))})
+        _emit({"stopped": stop_pid(int(args[0]), float(args[2]), int(args[1]) if args[1] != "-" else None)})
     elif mode == "listeners":
         pids = listening_pids(int(args[0]))
         _emit([info for info in map(_describe, sorted(pids)) if info])
     elif mode == "holders":
         _emit(device_holders(args[0], args[1:]))
     elif mode == "describe":
-        _emit([dict(info, log=leader_output(info["pgid"])) for info in map(_describe, map(int, args)) if info])
+        _emit([info for info in (describe(args[0], int(pid)) for pid in args[1:]) if info])
     elif mode == "read":
         sys.stdout.buffer.write(read_file(args[0], int(args[1]), int(args[2])))
     elif mode == "size":

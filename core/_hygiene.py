@@ -10,7 +10,10 @@ being visible in ``/proc``). Each holder is classified:
 - **ignored**: a program named in the host's ``ignore_holders`` (``nvidia-persistenced``...);
 - **foreign**: anything else. The run refuses, naming pid, user and command, unless the user
   asked for ``force_clean``; then that one process is stopped (SIGTERM, grace, SIGKILL) and
-  reported. Nothing is ever stopped by name, and ``fuser -k`` on the devices is never used.
+  reported; before each signal the pid is checked to still be the process that was listed
+  (its start time), and a pid NVML lists but ``/proc`` does not show (another container) is
+  never signalled. Nothing is ever stopped by name, and ``fuser -k`` on the devices is never
+  used.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Holder:
     kind: str
     source: str
     log: str | None = None
+    start: int | None = None
 
     @property
     def line(self) -> str:
@@ -63,20 +67,20 @@ async def gpu_holders(host: Host, snapshot: dict | None = None) -> list[Holder]:
         nvml_pids.update(p["pid"] for p in device.get("processes") or [])
     described = {info["pid"]: info for info in await host.describe(sorted(nvml_pids - found.keys()))}
     for pid in sorted(nvml_pids - found.keys()):
-        info = described.get(pid) or {"pid": pid, "pgid": None, "user": None, "cmdline": "", "log": None}
+        info = described.get(pid) or {"pid": pid, "pgid": None, "user": None, "cmdline": "", "log": None, "ours": False}
         found[pid] = _classify(host, info, "nvml")
     return sorted(found.values(), key=lambda h: h.pid)
 
 
 def _classify(host: Host, info: dict, source: str) -> Holder:
-    logs = f"{host.workdir}/logs/"
-    if (info.get("log") or "").startswith(logs):
+    if info["ours"]:  # its group leader writes into <workdir>/logs (symlinks resolved on the host)
         kind = "ours"
     elif _program(info["cmdline"]) in host.config.ignore_holders:
         kind = "ignored"
     else:
         kind = "foreign"
-    return Holder(info["pid"], info["pgid"], info["user"], info["cmdline"], kind, source, info.get("log"))
+    return Holder(info["pid"], info["pgid"], info["user"], info["cmdline"], kind, source, info.get("log"),
+                  info.get("start"))
 
 
 async def clean_gpus(host: Host, snapshot: dict | None = None, *, force_clean: bool = False,
@@ -93,6 +97,12 @@ async def clean_gpus(host: Host, snapshot: dict | None = None, *, force_clean: b
     """
     holders = await gpu_holders(host, snapshot)
     foreign = [h for h in holders if h.kind == "foreign"]
+    unseen = [h for h in foreign if h.start is None]  # NVML's pid from another pid namespace
+    if unseen and force_clean:
+        raise HostBusyError(
+            f"GPUs of host {host.name} are in use by processes NVML lists but specperf cannot see from "
+            f"where it runs (another container or VM): {'; '.join(h.line for h in unseen)}. specperf never "
+            "signals a pid it cannot identify: stop them where they run")
     if foreign and not force_clean:
         raise HostBusyError(
             f"GPUs of host {host.name} are in use by processes specperf did not start: "
@@ -105,6 +115,6 @@ async def clean_gpus(host: Host, snapshot: dict | None = None, *, force_clean: b
             if await host.stop_recorded_group(holder.pgid, holder.log, grace_s):
                 done.append(f"stopped a leftover engine of specperf (process group {holder.pgid}): {holder.line}")
         elif holder.kind == "foreign":
-            if await host.stop_pid(holder.pid, grace_s):
+            if await host.stop_pid(holder.pid, holder.start, grace_s):
                 done.append(f"stopped a foreign GPU process (--force-clean): {holder.line}")
     return done

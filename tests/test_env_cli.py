@@ -124,7 +124,9 @@ def test_env_usage_errors(tmp_path, args, message):
 
 def test_env_on_an_unreachable_host_is_one_clear_error(tmp_path):
     (tmp_path / "specperf.toml").write_text(
-        '[hosts.gpu-a]\nssh = "root@gpu-a.example"\n[engines.e]\nkind = "vllm"\nmodel = "m"\nhost = "gpu-a"\n')
+        f'[hosts.gpu-a]\nssh = "root@gpu-a.example"\nknown_hosts = "{tmp_path}/known_hosts"\n'
+        '[engines.e]\nkind = "vllm"\nmodel = "m"\nhost = "gpu-a"\n')
+    (tmp_path / "known_hosts").write_text("")
     result = specperf("env", cwd=tmp_path, home=tmp_path)
     assert result.returncode == 5
     assert "host error: cannot reach host gpu-a (root@gpu-a.example:22)" in (
