@@ -15,7 +15,8 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
-    GitError, BuildError, stop_recorded_group
+    GitError, check_ref_text, BuildError, stop_recorded_group
+    SlackConfig, SlackAllow, AllowList
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError
 """
@@ -34,10 +35,13 @@ from core._compare import (
     verdict_for,
 )
 from core._config import (
+    AllowList,
     CompareConfig,
     Config,
     EngineConfig,
     HostConfig,
+    SlackAllow,
+    SlackConfig,
     StorageConfig,
     WorkloadConfig,
     load_config,
@@ -60,7 +64,7 @@ from core._fingerprint import (
     flatten_snapshot,
     load_snapshot,
 )
-from core._git import GitError
+from core._git import GitError, check_ref_text
 from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
 from core._measure import TrialResult, measure
 from core._probe import (
@@ -90,7 +94,7 @@ from core._stats import (
 from core._worktree_engine import BuildError
 
 __all__ = [
-    "Config", "EngineConfig", "HostConfig", "WorkloadConfig", "load_config", "parse_config",
+    "Config", "EngineConfig", "HostConfig", "SlackConfig", "SlackAllow", "AllowList", "WorkloadConfig", "load_config", "parse_config",
     "EngineAdapter", "EngineFigures", "adapter_for",
     "ConfigError", "EngineError", "EngineExitedError", "EngineNotReadyError", "InvalidSampleError",
     "SpecperfError",
@@ -101,7 +105,7 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
-    "GitError", "BuildError", "stop_recorded_group",
+    "GitError", "check_ref_text", "BuildError", "stop_recorded_group",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",
     "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",

@@ -38,6 +38,20 @@ def _git(repo: str | Path, *args: str, check: bool = True) -> subprocess.Complet
     return result
 
 
+def check_ref_text(ref: str) -> str:
+    """``ref`` itself when it could be a git ref; no git runs.
+
+    Raises:
+        GitError: it is empty, starts with ``-``, or holds whitespace or shell characters.
+    """
+    if not ref or _FORBIDDEN.search(ref):
+        raise GitError(
+            f"{ref!r} is not a git ref: refs cannot start with '-' or contain whitespace or shell "
+            "characters; give a commit SHA, branch or tag"
+        )
+    return ref
+
+
 def resolve_commit(repo: str | Path, ref: str) -> str:
     """The full 40-hex SHA of the commit ``ref`` names in ``repo``.
 
@@ -45,11 +59,7 @@ def resolve_commit(repo: str | Path, ref: str) -> str:
         GitError: ``repo`` is not a git repository, ``ref`` contains characters no ref has
             (it starts with ``-``, or holds whitespace or shell syntax), or it names no commit.
     """
-    if not ref or _FORBIDDEN.search(ref):
-        raise GitError(
-            f"{ref!r} is not a git ref: refs cannot start with '-' or contain whitespace or shell "
-            "characters; give a commit SHA, branch or tag"
-        )
+    check_ref_text(ref)
     if not Path(repo).is_dir():
         raise GitError(f"engine repository {repo} does not exist; set engines.<name>.repo")
     result = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
