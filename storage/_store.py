@@ -33,7 +33,7 @@ class RunStore(CompareObserver):
         """Insert the run (status running) and return its id."""
         with Session(self.engine) as session:
             run = Run(
-                engine_name=request.engine_name, workload_name=request.workload_name,
+                engine_name=request.engine_name, host=request.engine.host, workload_name=request.workload_name,
                 base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
                 head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes),
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
