@@ -139,7 +139,7 @@ class Job(SQLModel, table=True):
     user_id: str
     channel_id: str
     team_id: str = ""
-    dedupe_key: str | None = Field(default=None, unique=True)
+    dedupe_key: str | None = Field(default=None, unique=True, index=True)
     attempts: int = 0
     run_id: int | None = Field(default=None, foreign_key="runs.id")
     owner: dict | None = Field(default=None, sa_column=Column(JSON))
