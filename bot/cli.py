@@ -18,7 +18,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot import _cmd_compare, _cmd_env, _cmd_measure
+from bot import _cmd_bot, _cmd_compare, _cmd_env, _cmd_measure
 
 EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_INTERRUPTED = 2, 3, 4, 130
 _FAILURES = (
@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specperf", description="Measure and compare LLM serving throughput.")
     parser.add_argument("--config", help="specperf.toml to use (default: ./specperf.toml or the embedded test engine)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (_cmd_measure, _cmd_compare, _cmd_env):
+    for command in (_cmd_measure, _cmd_compare, _cmd_env, _cmd_bot):
         command.register(sub)
     return parser
 

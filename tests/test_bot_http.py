@@ -1,0 +1,203 @@
+"""The Slack bot in HTTP mode, in process, against the Slack emulator and the fast fake engine:
+a compare end to end (ack, queue, threaded progress, verdict blocks matching the stored run,
+chart upload), signatures, authorisation, usage errors, redelivery, cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+import core
+import storage
+from bot._common import fmt
+from bot._runs import stored_report
+from bot._slack_app import SlackBot
+from tests.bot_support import form, post_command, wait_for, write_config
+from tests.conftest import group_members
+from tests.fake_engine_repo import make_repo
+from tests.slack_emulator import SlackEmulator, signed_headers
+
+
+@pytest.fixture
+async def emulator():
+    emu = SlackEmulator()
+    await emu.start()
+    yield emu
+    await emu.close()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "engine-repo"
+    return path, make_repo(path)
+
+
+@pytest.fixture
+async def make_bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
+    monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
+    bots = []
+
+    async def start(**kwargs):
+        config = core.load_config(write_config(tmp_path, repo[0], unused_tcp_port, emulator.api_url, **kwargs))
+        db = storage.open_database(f"sqlite:///{tmp_path}/bot.db")
+        bot = SlackBot(config, db, tmp_path / "work")
+        await bot.start()
+        bots.append(bot)
+        return bot
+
+    yield start
+    for bot in bots:
+        await bot.stop()
+
+
+def _jobs(db):
+    return storage.list_jobs(db, ("queued", "running", "done", "failed", "cancelled", "interrupted"))
+
+
+async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_bot, emulator, repo):
+    bot = await make_bot()
+    response, seconds = await post_command(bot.port, form("compare slow --modes baseline,eagle3",
+                                                          response_url=emulator.response_url()))
+    assert response.status_code == 200 and seconds < 3.0
+    assert "working on it" in response.json()["text"]
+    job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None),
+                         what="the job to finish")
+    assert job.status == "done", job.reason
+    await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
+
+    parent = emulator.recorded("chat.postMessage")[0]
+    assert parent.body["channel"] == "C_ALLOWED" and "thread_ts" not in parent.body
+    assert f"job {job.id}" in parent.body["text"] and "slow" in parent.body["text"]
+    thread_ts = job.slack["thread_ts"]
+    posts = emulator.recorded("chat.postMessage")[1:]
+    assert all(p.body["thread_ts"] == thread_ts for p in posts)
+    progress_ts = job.slack["progress_ts"]
+    edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == progress_ts]
+    assert len(edits) >= 2 and "finished" in edits[-1].body["text"]
+
+    verdict = next(p for p in posts if p.body.get("blocks"))
+    blocks = verdict.body["blocks"]
+    assert blocks[0]["type"] == "header"
+    stored = storage.load_run(bot.db, job.run_id)
+    report, _ = stored_report(stored)
+    assert stored.run.status == "done" and stored.run.host == "local"
+    stored_verdicts = {v.mode: v.verdict for v in stored.verdicts}
+    assert set(stored_verdicts) == {"baseline", "eagle3"}
+    for mode in ("baseline", "eagle3"):
+        i = next(i for i, b in enumerate(blocks) if b["type"] == "section" and f"*{mode}*" in b.get("text", {}).get("text", ""))
+        assert stored_verdicts[mode] in blocks[i]["text"]["text"]
+        fields = {f["text"].split("\n")[0].strip("*"): f["text"].split("\n")[1] for f in blocks[i + 1]["fields"]}
+        entry = report["modes"][mode]
+        assert fields["base tok/s"] == fmt(entry["base"]["output_tok_s"])
+        assert fields["commit tok/s"] == fmt(entry["head"]["output_tok_s"])
+        assert fields["change"].startswith(f"{entry['verdict']['change_pct']:+.1f}%")
+    assert any("eagle3 speedup over baseline" in b.get("text", {}).get("text", "") for b in blocks)
+    context = " ".join(e["text"] for b in blocks if b["type"] == "context" for e in b["elements"])
+    assert "host `local`" in context and stored.run.head_sha[:12] in context and stored.run.base_sha[:12] in context
+    assert verdict.body["text"].startswith(f"run {job.run_id}")  # the text fallback
+
+    upload = emulator.recorded("files.completeUploadExternal")[0]
+    assert upload.body["channel_id"] == "C_ALLOWED" and upload.body["thread_ts"] == thread_ts
+    file_id = upload.body["files"][0]["id"]
+    assert emulator.file(file_id)[:4] == b"\x89PNG"
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    audit = storage.list_commands(bot.db)
+    assert [(a.user_id, a.result) for a in audit] == [("U_ALLOWED", f"queued job {job.id}")]
+
+
+@pytest.mark.parametrize("case", ["unsigned", "bad", "stale", "replayed"])
+async def test_unsigned_bad_stale_and_replayed_requests_get_401(make_bot, case):
+    bot = await make_bot()
+    body = form("queue")
+    headers = {"unsigned": {"Content-Type": "application/x-www-form-urlencoded"},
+               "bad": signed_headers(body, secret="not-the-secret"),
+               "stale": signed_headers(body, timestamp=int(__import__("time").time()) - 301),
+               "replayed": signed_headers(body)}[case]
+    if case == "replayed":
+        first, _ = await post_command(bot.port, body, headers)
+        assert first.status_code == 200
+    response, _ = await post_command(bot.port, body, headers)
+    assert response.status_code == 401
+    await __import__("asyncio").sleep(0.3)
+    assert len(storage.list_commands(bot.db)) == (1 if case == "replayed" else 0)
+
+
+async def test_an_unauthorised_user_or_channel_is_refused_and_nothing_is_queued(make_bot, emulator):
+    bot = await make_bot()
+    for user, channel in (("U_STRANGER", "C_ALLOWED"), ("U_ALLOWED", "C_OTHER")):
+        response, _ = await post_command(bot.port, form("compare slow", user=user, channel=channel))
+        assert response.status_code == 200
+        assert response.json()["text"].startswith("refused:")
+    await wait_for(lambda: len(storage.list_commands(bot.db)) == 2, 5, what="the audit rows")
+    assert [a.result for a in storage.list_commands(bot.db)] == ["refused: not on the allow-list"] * 2
+    assert _jobs(bot.db) == []
+    assert emulator.recorded("chat.postMessage") == []
+
+
+@pytest.mark.parametrize("text", ["compare", "compare slow --rounds many", "compare 'slow; touch {canary}'",
+                                  "compare $(touch {canary})", "compare --upload-pack=touch {canary}",
+                                  "compare slow --host nowhere", "compare slow --modes turbo", "frobnicate",
+                                  "cancel ../1", "compare 'unbalanced"])
+async def test_malformed_and_shell_looking_commands_are_usage_errors(make_bot, emulator, tmp_path, text):
+    bot = await make_bot()
+    canary = tmp_path / "canary"
+    response, _ = await post_command(bot.port, form(text.format(canary=canary)))
+    assert response.status_code == 200
+    assert response.json()["text"].startswith("usage error:")
+    await wait_for(lambda: storage.list_commands(bot.db), 5, what="the audit row")
+    assert storage.list_commands(bot.db)[0].result.startswith("usage error")
+    assert _jobs(bot.db) == [] and not canary.exists() and not (tmp_path / "work").exists()
+
+
+async def test_a_ref_that_names_no_commit_is_a_usage_error_after_the_ack(make_bot, emulator):
+    bot = await make_bot()
+    response, _ = await post_command(bot.port, form("compare no-such-ref", response_url=emulator.response_url()))
+    assert "working on it" in response.json()["text"]
+    reply = await wait_for(lambda: emulator.recorded("response"), 10, what="the ephemeral reply")
+    assert "names no commit" in reply[0].body["text"] and reply[0].body["response_type"] == "ephemeral"
+    assert _jobs(bot.db) == []
+
+
+async def test_a_slack_retry_never_queues_a_duplicate(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    body = form("compare slow --modes baseline", trigger="trig-once", response_url=emulator.response_url())
+    first, _ = await post_command(bot.port, body)
+    retry_headers = {**signed_headers(body, timestamp=int(__import__("time").time()) + 1), "X-Slack-Retry-Num": "1",
+                     "X-Slack-Retry-Reason": "http_timeout"}
+    second, _ = await post_command(bot.port, body, retry_headers)
+    assert first.status_code == second.status_code == 200
+    await wait_for(lambda: _jobs(bot.db), 10, what="the job")
+    # a restarted bot has no memory of the first delivery: the database's unique key stops it
+    bot._seen.clear()
+    third, _ = await post_command(bot.port, body, {**signed_headers(body, timestamp=int(__import__("time").time()) + 2),
+                                                   "X-Slack-Retry-Num": "2"})
+    assert third.status_code == 200
+    await wait_for(lambda: len(storage.list_commands(bot.db)) >= 2, 10, what="the audit rows")
+    assert len(_jobs(bot.db)) == 1
+    job = _jobs(bot.db)[0]
+    await bot.queue.cancel(job.id, "test over")
+
+
+async def test_cancel_stops_a_running_job_and_its_engine(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
+    await post_command(bot.port, form("compare noop --modes baseline", response_url=emulator.response_url()))
+    trial = await wait_for(lambda: next((t for t in _trials(bot.db) if t.pgid), None), 60, what="a launch")
+    assert group_members(trial.pgid) != []
+    response, _ = await post_command(bot.port, form("cancel 1", response_url=emulator.response_url("c")))
+    assert "working on it" in response.json()["text"]
+    reply = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == "c"], 30,
+                           what="the cancel reply")
+    assert "engine was stopped" in reply[0].body["text"]
+    assert group_members(trial.pgid) == []
+    job = storage.get_job(bot.db, 1)
+    assert job.status == "cancelled" and "cancelled by <@U_ALLOWED>" in job.reason
+    assert storage.load_run(bot.db, job.run_id).run.status == "interrupted"
+    # the queued job behind it cancelled too, before it starts
+    await post_command(bot.port, form("cancel 2", response_url=emulator.response_url("c2")))
+    await wait_for(lambda: storage.get_job(bot.db, 2).status in ("cancelled",), 30, what="job 2 cancelled")
+
+
+def _trials(db):
+    from sqlmodel import Session, select
+    with Session(db) as session:
+        return list(session.exec(select(storage.Trial)))
