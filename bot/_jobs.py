@@ -198,5 +198,7 @@ class JobQueue:
             await self.notifier.job_finished(job, run_id, None, message)
             return
         status = "done" if result.status == "done" else "failed"
-        await asyncio.to_thread(storage.update_job, self.db, job.id, status=status, reason=result.reason)
+        # a re-queued job keeps why it was interrupted unless the run itself has a reason
+        kept = {"reason": result.reason} if result.reason else {}
+        await asyncio.to_thread(storage.update_job, self.db, job.id, status=status, **kept)
         await self.notifier.job_finished(job, run_id, result, None)

@@ -108,11 +108,15 @@ class SlackNotifier(Notifier):
         self._progress: dict[int, dict] = {}
 
     async def post(self, channel: str, **kwargs) -> dict | None:
-        """``chat.postMessage`` in ``channel``'s turn; ``None`` (logged) on an API error."""
+        """``chat.postMessage`` in ``channel``'s turn; ``None`` (logged) on an API error or when
+        Slack stays unreachable after the client's retries."""
         try:
             return (await self.pacer.call(channel, self.client.chat_postMessage, channel=channel, **kwargs)).data
         except SlackApiError as exc:
             log.warning("chat.postMessage in %s failed: %s", channel, exc.response.get("error"))
+            return None
+        except (OSError, TimeoutError) as exc:  # Slack unreachable after the client's retries
+            log.warning("chat.postMessage in %s failed: %s: %s", channel, exc.__class__.__name__, exc)
             return None
 
     async def _thread(self, job: storage.Job) -> _Thread:
