@@ -21,6 +21,7 @@ from pathlib import Path
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.middleware.authorization.async_single_team_authorization import AsyncSingleTeamAuthorization
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -259,6 +260,15 @@ class SlackBot:
             raise core.ConfigError("[slack] mode = \"http\" needs signing_secret (\"${SLACK_SIGNING_SECRET}\")")
         if self.slack.mode == "socket" and not self.slack.app_token.get_secret_value():
             raise core.ConfigError("[slack] mode = \"socket\" needs app_token (\"${SLACK_APP_TOKEN}\", xapp-...)")
+        try:
+            identity = await self.client.auth_test()
+        except SlackApiError as exc:
+            raise core.ConfigError(f"Slack refused the bot token: {exc.response.get('error')}") from None
+        # bolt would call auth.test on the first command, before its ack: give it the answer now
+        for middleware in getattr(self.app, "_async_middleware_list", []):
+            if isinstance(middleware, AsyncSingleTeamAuthorization):
+                middleware.auth_test_result = identity
+        log.info("Slack: bot user %s in team %s", identity.get("user_id"), identity.get("team_id"))
         await self.queue.start()
         if self.slack.mode == "http":
             server = web.Application()

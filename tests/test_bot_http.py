@@ -102,6 +102,7 @@ async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_b
     assert all(group_members(t.pgid) == [] for t in stored.trials)
     audit = storage.list_commands(bot.db)
     assert [(a.user_id, a.result) for a in audit] == [("U_ALLOWED", f"queued job {job.id}")]
+    assert len(emulator.recorded("auth.test")) == 1  # at start, never between a command and its ack
 
 
 @pytest.mark.parametrize("case", ["unsigned", "bad", "stale", "replayed"])
