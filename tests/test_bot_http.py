@@ -202,3 +202,31 @@ def _trials(db):
     from sqlmodel import Session, select
     with Session(db) as session:
         return list(session.exec(select(storage.Trial)))
+
+
+async def test_help_status_queue_and_history_answer_and_every_command_is_audited(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    help_reply, _ = await post_command(bot.port, form("help"))
+    assert "/specperf compare" in help_reply.json()["text"]
+    await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url("q")))
+    await wait_for(lambda: [t for t in _trials(bot.db) if t.pgid], 60, what="the run to start")
+    for name in ("status", "queue", "history", "status 1", "status 99"):
+        response, _ = await post_command(bot.port, form(name, response_url=emulator.response_url(name)))
+        assert "working on it" in response.json()["text"]
+    replies = {}
+    for name in ("status", "queue", "history", "status 1", "status 99"):
+        found = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == name], 10,
+                               what=f"the reply to {name}")
+        replies[name] = found[0].body["text"]
+        assert found[0].body["response_type"] == "ephemeral"
+    assert replies["status"].startswith("job 1 (running)") and "run 1 (running)" in replies["status"]
+    assert replies["status 1"] == replies["status"] and replies["status 99"] == "no such job"
+    assert "*local*" in replies["queue"] and "job 1 running" in replies["queue"]
+    assert replies["history"].startswith("run 1 ") and "running" in replies["history"]
+    await wait_for(lambda: len(storage.list_commands(bot.db)) == 7, 10, what="seven audit rows")
+    audit = storage.list_commands(bot.db)
+    assert sorted((a.command, a.result) for a in audit) == sorted([  # written after each ack, in any order
+        ("help", "help"), ("compare slow --modes baseline", "queued job 1"), ("status", "status"),
+        ("queue", "queue"), ("history", "history"), ("status 1", "status"), ("status 99", "status")])
+    assert all(a.user_id == "U_ALLOWED" and a.channel_id == "C_ALLOWED" and a.at is not None for a in audit)
+    await bot.queue.cancel(1, "test over")

@@ -101,6 +101,8 @@ async def test_a_killed_bot_is_reconciled_and_every_queued_job_runs_once(tmp_pat
              if p.body.get("thread_ts") == first.slack["thread_ts"]]
     assert any("was interrupted" in t and "queued again" in t for t in notes)
     assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+    logged = (tmp_path / "bot.log").read_text()
+    assert "xoxb-test-token" not in logged and "test-signing-secret" not in logged  # secrets never logged
 
 
 def _trials(db):
