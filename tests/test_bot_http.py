@@ -230,3 +230,29 @@ async def test_help_status_queue_and_history_answer_and_every_command_is_audited
         ("queue", "queue"), ("history", "history"), ("status 1", "status"), ("status 99", "status")])
     assert all(a.user_id == "U_ALLOWED" and a.channel_id == "C_ALLOWED" and a.at is not None for a in audit)
     await bot.queue.cancel(1, "test over")
+
+
+async def test_a_failed_run_replies_with_the_reason_and_the_engine_log_tail(make_bot, emulator):
+    bot = await make_bot()
+    await post_command(bot.port, form("compare broken --modes baseline", response_url=emulator.response_url()))
+    job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None), 60,
+                         what="the job to fail")
+    assert job.status == "failed" and "exited with status 1 before it was ready" in job.reason
+    reply = await wait_for(lambda: [p for p in emulator.recorded("chat.postMessage") if p.body.get("blocks")], 20,
+                           what="the failure reply")
+    body = reply[0].body
+    assert body["thread_ts"] == job.slack["thread_ts"] and "FAILED" in body["text"]
+    text = " ".join(b.get("text", {}).get("text", "") for b in body["blocks"])
+    assert "exited with status 1 before it was ready" in text and "illegal memory access" in text
+    assert emulator.recorded("files.completeUploadExternal") == []  # no chart for a run without a verdict
+
+
+async def test_env_probes_the_local_host_and_reports_the_checks(make_bot, emulator):
+    bot = await make_bot()
+    response, seconds = await post_command(bot.port, form("env local", response_url=emulator.response_url("env")))
+    assert response.status_code == 200 and seconds < 3.0
+    reply = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == "env"], 90,
+                           what="the env reply")
+    text = reply[0].body["text"]
+    assert text.startswith("env of host `local` with engine fake (full probe") and "worst " in text
+    assert any(line.split(" ", 1)[0] in ("PASS", "WARN", "FAIL") for line in text.splitlines()[1:])
