@@ -190,7 +190,7 @@ class JobQueue:
             await asyncio.to_thread(storage.update_job, self.db, job.id, status="cancelled", reason=reason)
             await self.notifier.job_cancelled(job, reason)
             return
-        except Exception as exc:  # noqa: BLE001 - a job's failure must never stop its host's worker
+        except Exception as exc:  # a job's failure must never stop its host's worker
             message = str(exc) if isinstance(exc, core.SpecperfError) else f"{exc.__class__.__name__}: {exc}"
             if not isinstance(exc, core.SpecperfError):
                 log.exception("job %s failed unexpectedly", job.id)

@@ -135,7 +135,7 @@ class SlackNotifier(Notifier):
         if thread.response_url:
             try:
                 await AsyncWebhookClient(thread.response_url).send(response_type="in_channel", **kwargs)
-            except Exception as exc:  # noqa: BLE001 - a reply that cannot go out is logged, not fatal
+            except Exception as exc:  # a reply that cannot go out is logged, not fatal
                 log.warning("response_url reply failed: %s", exc)
 
     async def job_started(self, job: storage.Job, run_id: int) -> None:
@@ -210,11 +210,11 @@ class SlackNotifier(Notifier):
                                       thread_ts=thread.thread_ts, file=str(chart), filename=chart.name, title=title)
             except SlackApiError as exc:
                 log.warning("chart upload failed: %s", exc.response.get("error"))
+            except (OSError, TimeoutError) as exc:
+                log.warning("chart upload failed: %s: %s", exc.__class__.__name__, exc)
 
     async def _reply(self, thread: _Thread, **kwargs) -> None:
-        if thread.thread_ts is None:
-            await self._webhook(thread, **kwargs)
-        elif await self.post(thread.channel, thread_ts=thread.thread_ts, **kwargs) is None:
+        if thread.thread_ts is None or await self.post(thread.channel, thread_ts=thread.thread_ts, **kwargs) is None:
             await self._webhook(thread, **kwargs)
 
     async def job_cancelled(self, job, reason) -> None:
@@ -397,14 +397,14 @@ class SlackBot:
             reply, result, job_id = await handler(cmd, who, body, host, engine)
         except core.SpecperfError as exc:
             reply, result, job_id = f"error: {exc}", f"error: {str(exc).splitlines()[0]}", None
-        except Exception as exc:  # noqa: BLE001 - one command's bug must not take the bot down
+        except Exception as exc:  # one command's bug must not take the bot down
             log.exception("command %r failed", text)
             reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}", None
         self._audit(who, text, result, job_id)
         if reply:
             try:
                 await respond(response_type="ephemeral", text=reply)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # the ack went out; a lost ephemeral line is logged
                 log.warning("ephemeral reply failed: %s", exc)
 
     async def _cmd_compare(self, cmd, who, body, host, engine):
@@ -496,7 +496,7 @@ class SlackBot:
             else ("python3", {}, "the system python")
         snapshot = await core.probe_async(python, cheap=False, env=env)
         checks = core.run_checks(snapshot, under_load=False)
-        lines = [f"env of host `{host}` with {label} ({snapshot['kind']} probe, {fmt(snapshot['wall_s'], 2)} s): "
-                 f"worst {core.worst(checks)}"]
+        lines = [(f"env of host `{host}` with {label} ({snapshot['kind']} probe, {fmt(snapshot['wall_s'], 2)} s): "
+                  f"worst {core.worst(checks)}")]
         lines += [f"{c.status} {c.name}: {c.line}" for c in checks]
         return "\n".join(lines)[:3000], f"env: {core.worst(checks)}", None

@@ -215,7 +215,7 @@ async def test_help_status_queue_and_history_answer_and_every_command_is_audited
         assert "working on it" in response.json()["text"]
     replies = {}
     for name in ("status", "queue", "history", "status 1", "status 99"):
-        found = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == name], 10,
+        found = await wait_for(lambda name=name: [c for c in emulator.recorded("response") if c.body["name"] == name], 10,
                                what=f"the reply to {name}")
         replies[name] = found[0].body["text"]
         assert found[0].body["response_type"] == "ephemeral"
