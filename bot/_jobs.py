@@ -83,8 +83,8 @@ def compare_request(config: core.Config, job: storage.Job, workdir: Path) -> cor
 class JobQueue:
     """The queue and its workers. ``start()`` reconciles, then starts one worker per host of
     the config; ``submit()`` queues a job and wakes its host's worker; ``cancel()`` cancels a
-    queued or running job; ``stop()`` stops the workers (a running job's engine is stopped,
-    and the job is left to the next start's reconcile, like after a crash)."""
+    queued or running job; ``stop()`` stops the workers (a running job's engine is stopped, its
+    run marked interrupted, and the job queued again once or failed, as after a crash)."""
 
     def __init__(self, config: core.Config, db, notifier: Notifier, workdir: Path) -> None:
         self.config, self.db, self.notifier, self.workdir = config, db, notifier, workdir
@@ -185,8 +185,10 @@ class JobQueue:
             result = await core.compare(request, store, shas=shas)
         except asyncio.CancelledError:
             reason = self._cancelled.pop(job.id, None)
-            if reason is None:
-                raise  # the bot is stopping: the next start reconciles the job
+            if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted
+                storage.requeue_or_fail(self.db, job.id, self.config.slack.requeue_interrupted,
+                                        "the bot was stopped while this job ran")
+                raise
             await asyncio.to_thread(storage.update_job, self.db, job.id, status="cancelled", reason=reason)
             await self.notifier.job_cancelled(job, reason)
             return

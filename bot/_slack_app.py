@@ -285,11 +285,12 @@ class SlackBot:
             await self._socket.connect_async()
 
     async def stop(self) -> None:
-        """Stop listening and the workers (a running job's engine is stopped)."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._socket is not None:
-            await self._socket.close_async()
+        """Stop listening and the workers (a running job's engine is stopped); a second call does nothing."""
+        runner, socket, self._runner, self._socket = self._runner, self._socket, None, None  # stop once
+        if runner is not None:
+            await runner.cleanup()
+        if socket is not None:
+            await socket.close_async()
         for task in list(self._tasks):
             task.cancel()
         await self.queue.stop()

@@ -256,3 +256,14 @@ async def test_env_probes_the_local_host_and_reports_the_checks(make_bot, emulat
     text = reply[0].body["text"]
     assert text.startswith("env of host `local` with engine fake (full probe") and "worst " in text
     assert any(line.split(" ", 1)[0] in ("PASS", "WARN", "FAIL") for line in text.splitlines()[1:])
+
+
+async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job_once(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
+    trial = await wait_for(lambda: next((t for t in _trials(bot.db) if t.pgid), None), 60, what="a launch")
+    await bot.stop()
+    assert group_members(trial.pgid) == []
+    job = storage.get_job(bot.db, 1)
+    assert (job.status, job.attempts) == ("queued", 1) and "the bot was stopped" in job.reason
+    assert storage.load_run(bot.db, job.run_id or trial.run_id).run.status == "interrupted"
