@@ -41,9 +41,11 @@ async def test_socket_mode_envelopes_are_acked_and_run(tmp_path, repo, emulator,
     bot = await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
     try:
         assert emulator.recorded("apps.connections.open")[0].body["_auth"] == "Bearer xapp-test-token"
-        ack = await emulator.send_envelope(slash_body("compare slow --modes baseline --rounds 1",
-                                                      response_url=emulator.response_url()))
+        command = slash_body("compare slow --modes baseline --rounds 1", response_url=emulator.response_url())
+        ack = await emulator.send_envelope(command)
         assert "working on it" in ack["payload"]["text"]
+        redelivered = await emulator.send_envelope(command)  # Slack's retry of the same command
+        assert "text" not in redelivered.get("payload", {})
         refused = await emulator.send_envelope(slash_body("compare slow", user="U_STRANGER"))
         assert refused["payload"]["text"].startswith("refused:")
         usage = await emulator.send_envelope(slash_body("compare 'x; rm -rf /'"))
