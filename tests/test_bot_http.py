@@ -55,6 +55,8 @@ def _jobs(db):
 
 async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_bot, emulator, repo):
     bot = await make_bot()
+    emulator.script("chat.postMessage", 429, 500)  # Slack pushing back: nothing may be lost
+    emulator.script("chat.update", 429)
     response, seconds = await post_command(bot.port, form("compare slow --modes baseline,eagle3",
                                                           response_url=emulator.response_url()))
     assert response.status_code == 200 and seconds < 3.0
@@ -74,6 +76,8 @@ async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_b
     edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == progress_ts]
     assert len(edits) >= 2 and "finished" in edits[-1].body["text"]
 
+    assert [c.status for c in emulator.calls if c.status != 200] == [429, 500, 429]
+    assert "started on host `local`" in posts[0].body["text"]  # the progress message, then the verdict
     verdict = next(p for p in posts if p.body.get("blocks"))
     blocks = verdict.body["blocks"]
     assert blocks[0]["type"] == "header"
