@@ -94,3 +94,26 @@ async def test_not_in_channel_falls_back_to_the_response_url(tmp_path, repo, emu
         assert replies[0].body["response_type"] == "in_channel" and replies[0].body["text"].startswith("run 1")
     finally:
         await bot.stop()
+
+
+async def test_specperf_bot_connects_in_socket_mode_as_a_process(tmp_path, repo, emulator, unused_tcp_port):
+    import os
+    import subprocess
+
+    from tests.conftest import ROOT, SPECPERF
+
+    config = write_config(tmp_path, repo[0], unused_tcp_port, emulator.api_url, mode="socket")
+    proc = subprocess.Popen([*SPECPERF, "--config", str(config), "bot", "--db", f"sqlite:///{tmp_path}/b.db"],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = await asyncio.to_thread(proc.stdout.readline)
+        assert line.strip() == "connected (Socket Mode)"
+        ack = await emulator.send_envelope(slash_body("queue", response_url=emulator.response_url()))
+        assert ack["payload"] == {"text": "`/specperf queue`: working on it", "response_type": "ephemeral"}
+        reply = await wait_for(lambda: emulator.recorded("response"), 10, what="the queue reply")
+        assert reply[0].body["text"] == "the queue is empty"
+    finally:
+        proc.terminate()
+        _, stderr = await asyncio.to_thread(proc.communicate, timeout=30)
+    assert "xapp-test-token" not in stderr and "xoxb-test-token" not in stderr
