@@ -271,3 +271,20 @@ async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job_once(make_
     job = storage.get_job(bot.db, 1)
     assert (job.status, job.attempts) == ("queued", 1) and "the bot was stopped" in job.reason
     assert storage.load_run(bot.db, job.run_id or trial.run_id).run.status == "interrupted"
+
+
+async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypatch):
+    import time
+
+    bot = await make_bot()
+    slow_git, slow_audit = core.resolve_refs, storage.record_command
+    monkeypatch.setattr(core, "resolve_refs", lambda request: (time.sleep(4), slow_git(request))[1])
+    monkeypatch.setattr(storage, "record_command", lambda *a, **k: (time.sleep(4), slow_audit(*a, **k))[1])
+    emulator.script("chat.postMessage", 429)  # and Slack itself is pushing back
+    response, seconds = await post_command(bot.port, form("compare slow --modes baseline --rounds 1",
+                                                          response_url=emulator.response_url()))
+    assert response.status_code == 200 and seconds < 1.0, seconds
+    job = await wait_for(lambda: _jobs(bot.db), 20, what="the job, queued after the slow git")
+    assert len(job[0].args["head_sha"]) == 40
+    await wait_for(lambda: storage.list_commands(bot.db), 20, what="the slow audit row")
+    await bot.queue.cancel(job[0].id, "test over")
