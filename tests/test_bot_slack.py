@@ -117,3 +117,21 @@ async def test_specperf_bot_connects_in_socket_mode_as_a_process(tmp_path, repo,
         proc.terminate()
         _, stderr = await asyncio.to_thread(proc.communicate, timeout=30)
     assert "xapp-test-token" not in stderr and "xoxb-test-token" not in stderr
+
+
+async def test_a_missing_or_refused_token_stops_the_bot_at_start(tmp_path, repo, emulator, unused_tcp_port,
+                                                                 monkeypatch):
+    import os
+    import subprocess
+
+    from tests.conftest import ROOT, SPECPERF
+
+    config = write_config(tmp_path, repo[0], unused_tcp_port, emulator.api_url, mode="http")
+    config.write_text(config.read_text().replace('signing_secret = "test-signing-secret"\n', ""))
+    out = await asyncio.to_thread(subprocess.run, [*SPECPERF, "--config", str(config), "bot"], cwd=ROOT,
+                                  env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                                  capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and 'mode = "http" needs signing_secret' in out.stderr
+    emulator.script("auth.test", "invalid_auth")
+    with pytest.raises(core.ConfigError, match="Slack refused the bot token: invalid_auth"):
+        await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
