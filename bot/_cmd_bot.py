@@ -34,12 +34,13 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         core.ConfigError: ``[slack]`` lacks the mode's token or secret.
         storage.StorageError: the database cannot be opened.
     """
-    from bot._slack_app import SlackBot  # slack-bolt is only imported by the bot
+    from bot._slack_app import SlackBot, check_config  # slack-bolt is only imported by the bot
 
     config = load(args.config)
     overrides = {k: v for k, v in (("mode", args.mode), ("http_port", args.port)) if v is not None}
     if overrides:
         config = config.model_copy(update={"slack": config.slack.model_copy(update=overrides)})
+    check_config(config.slack)  # before the database is opened or made
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("slack_bolt", "slack_sdk", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -45,6 +45,20 @@ log = logging.getLogger("specperf.bot")
 SIGNATURE_WINDOW_S = 300  # Slack's: a request older than 5 minutes is refused
 
 
+def check_config(slack: core.SlackConfig) -> None:
+    """Fail early when ``[slack]`` cannot work: nothing is opened or contacted here.
+
+    Raises:
+        core.ConfigError: the bot token, or the mode's app token or signing secret, is empty.
+    """
+    if not slack.bot_token.get_secret_value():
+        raise core.ConfigError("[slack] bot_token is empty; set it (bot_token = \"${SLACK_BOT_TOKEN}\")")
+    if slack.mode == "http" and not slack.signing_secret.get_secret_value():
+        raise core.ConfigError("[slack] mode = \"http\" needs signing_secret (\"${SLACK_SIGNING_SECRET}\")")
+    if slack.mode == "socket" and not slack.app_token.get_secret_value():
+        raise core.ConfigError("[slack] mode = \"socket\" needs app_token (\"${SLACK_APP_TOKEN}\", xapp-...)")
+
+
 def web_client(slack: core.SlackConfig) -> AsyncWebClient:
     """The Web API client: ``[slack].api_url``, the bot token, and retries: 429 after its
     ``Retry-After`` (up to 30 times), 500/503 (up to 5 times), connection errors."""
@@ -228,10 +242,15 @@ class SlackNotifier(Notifier):
 
 class SlackBot:
     """The bot: the AsyncApp and its ``/specperf`` listener, the job queue, and the
-    connection (``[slack].mode``). ``await start()``, then ``await stop()``."""
+    connection (``[slack].mode``). ``await start()``, then ``await stop()``.
+
+    Raises:
+        core.ConfigError: the bot token, or the mode's app token or signing secret, is empty.
+    """
 
     def __init__(self, config: core.Config, db, workdir: Path | None = None, command: str = "/specperf") -> None:
         self.config, self.db, self.slack = config, db, config.slack
+        check_config(self.slack)
         self.client = web_client(self.slack)
         self.notifier = SlackNotifier(self.client, self.slack, db)
         self.queue = JobQueue(config, db, self.notifier, workdir or data_dir() / "work")
@@ -249,17 +268,12 @@ class SlackBot:
 
     # connection -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Reconcile and start the workers, then listen (HTTP) or connect (Socket Mode).
+        """Check the bot token (auth.test), reconcile and start the workers, then listen (HTTP)
+        or connect (Socket Mode).
 
         Raises:
-            core.ConfigError: the mode's token or secret is missing.
+            core.ConfigError: Slack refused the bot token.
         """
-        if not self.slack.bot_token.get_secret_value():
-            raise core.ConfigError("[slack] bot_token is empty; set it (bot_token = \"${SLACK_BOT_TOKEN}\")")
-        if self.slack.mode == "http" and not self.slack.signing_secret.get_secret_value():
-            raise core.ConfigError("[slack] mode = \"http\" needs signing_secret (\"${SLACK_SIGNING_SECRET}\")")
-        if self.slack.mode == "socket" and not self.slack.app_token.get_secret_value():
-            raise core.ConfigError("[slack] mode = \"socket\" needs app_token (\"${SLACK_APP_TOKEN}\", xapp-...)")
         try:
             identity = await self.client.auth_test()
         except SlackApiError as exc:

@@ -132,6 +132,7 @@ async def test_a_missing_or_refused_token_stops_the_bot_at_start(tmp_path, repo,
                                   env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                                   capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and 'mode = "http" needs signing_secret' in out.stderr
+    assert not (tmp_path / "home").exists()  # refused before any database was made
     emulator.script("auth.test", "invalid_auth")
     with pytest.raises(core.ConfigError, match="Slack refused the bot token: invalid_auth"):
         await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
