@@ -200,5 +200,10 @@ async def probe_async(python: str = sys.executable, *, cheap: bool = False, impo
         proc.kill()
         await proc.wait()
         raise ProbeError(f"probe with {python} did not finish within {timeout_s:g} s") from None
+    except asyncio.CancelledError:  # Ctrl-C or a cancelled job: leave no probe process behind
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
     return _finish(python, proc.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"),
                    started)
