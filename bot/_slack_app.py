@@ -203,6 +203,7 @@ class SlackNotifier(Notifier):
 
     async def job_finished(self, job, run_id, result, error) -> None:
         thread = await self._thread(job)
+        self.parent_ready.pop(job.id, None)
         label = f"job {job.id}" + (f", run {run_id}" if run_id else "")
         if result is None or result.status != "done":
             reason = error or (result.reason if result else "unknown")
