@@ -108,3 +108,29 @@ def test_racing_claimers_take_each_job_exactly_once(db_url):
     assert sorted(i for _, i in claimed) == sorted(ids)  # every job once, none twice
     assert all(storage.get_job(db, i).host == h for h, i in claimed)
     assert storage.list_jobs(db, ("queued",)) == []
+
+
+def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
+    db = storage.open_database(db_url)
+
+    def job(key=None):
+        return storage.Job(host="local", engine_name="e", workload_name="w", user_id="U", channel_id="C",
+                           dedupe_key=key, args={"head_ref": "slow"}, slack={"channel": "C"})
+
+    first = storage.enqueue(db, job("T1:trig"))
+    assert storage.enqueue(db, job("T1:trig")) is None  # a redelivery
+    second, third = storage.enqueue(db, job()), storage.enqueue(db, job())
+    assert storage.cancel_queued(db, third.id, "by U") and not storage.cancel_queued(db, third.id, "again")
+    claimed = storage.claim_next(db, "local")
+    assert claimed.id == first.id and claimed.owner["pid"] == __import__("os").getpid()
+    storage.update_job(db, first.id, slack={"thread_ts": "1.2"})
+    storage.update_job(db, first.id, slack={"progress_ts": "1.3"})
+    assert storage.get_job(db, first.id).slack == {"channel": "C", "thread_ts": "1.2", "progress_ts": "1.3"}
+    assert storage.orphaned_jobs(db) == []  # its owner (this process) is alive
+    monkeypatch.setattr("storage._jobs._owner_alive", lambda owner: False)
+    assert [j.id for j in storage.orphaned_jobs(db)] == [first.id]
+    assert storage.requeue_or_fail(db, first.id, True, "crash") == "queued"
+    assert [j.id for j in storage.list_jobs(db, ("queued",))] == [first.id, second.id]  # it keeps its place
+    storage.record_command(db, "U", "C", "T1", "compare slow", "queued job 1", first.id)
+    assert [(c.command, c.result, c.job_id) for c in storage.list_commands(db)] == [("compare slow", "queued job 1",
+                                                                                       first.id)]
