@@ -89,7 +89,9 @@ def test_manifest_has_the_command_scopes_and_socket_mode():
 
 
 def test_racing_claimers_take_each_job_exactly_once(db_url):
-    db = storage.open_database(db_url)
+    db = storage.open_database(db_url)  # the PostgreSQL database is shared by the session: earlier jobs are closed
+    for old in storage.list_jobs(db, limit=10_000):
+        storage.update_job(db, old.id, status="done")
     ids = [storage.enqueue(db, storage.Job(host=h, engine_name="e", workload_name="w", user_id="U",
                                            channel_id="C")).id for h in ["local", "gpu"] * 15]
     claimed: list[tuple[str, int]] = []
@@ -111,14 +113,17 @@ def test_racing_claimers_take_each_job_exactly_once(db_url):
 
 
 def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
-    db = storage.open_database(db_url)
+    db = storage.open_database(db_url)  # the PostgreSQL database is shared by the session: earlier jobs are closed
+    for old in storage.list_jobs(db, limit=10_000):
+        storage.update_job(db, old.id, status="done")
 
     def job(key=None):
         return storage.Job(host="local", engine_name="e", workload_name="w", user_id="U", channel_id="C",
                            dedupe_key=key, args={"head_ref": "slow"}, slack={"channel": "C"})
 
-    first = storage.enqueue(db, job("T1:trig"))
-    assert storage.enqueue(db, job("T1:trig")) is None  # a redelivery
+    key = f"T1:trig-{__import__('time').time_ns()}"
+    first = storage.enqueue(db, job(key))
+    assert storage.enqueue(db, job(key)) is None  # a redelivery
     second, third = storage.enqueue(db, job()), storage.enqueue(db, job())
     assert storage.cancel_queued(db, third.id, "by U") and not storage.cancel_queued(db, third.id, "again")
     claimed = storage.claim_next(db, "local")
@@ -132,5 +137,5 @@ def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
     assert storage.requeue_or_fail(db, first.id, True, "crash") == "queued"
     assert [j.id for j in storage.list_jobs(db, ("queued",))] == [first.id, second.id]  # it keeps its place
     storage.record_command(db, "U", "C", "T1", "compare slow", "queued job 1", first.id)
-    assert [(c.command, c.result, c.job_id) for c in storage.list_commands(db)] == [("compare slow", "queued job 1",
-                                                                                       first.id)]
+    assert [(c.command, c.result, c.job_id) for c in storage.list_commands(db)][-1] == ("compare slow", "queued job 1",
+                                                                                          first.id)
