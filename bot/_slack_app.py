@@ -43,6 +43,7 @@ from bot._slack_commands import HELP, Command, UsageError, parse
 
 log = logging.getLogger("specperf.bot")
 SIGNATURE_WINDOW_S = 300  # Slack's: a request older than 5 minutes is refused
+IO_SLOTS = 2  # commands doing database or git work at once, after their ack
 
 
 def check_config(slack: core.SlackConfig) -> None:
@@ -263,6 +264,7 @@ class SlackBot:
         self._signatures: OrderedDict[str, float] = OrderedDict()
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
+        self._io_slots = asyncio.Semaphore(IO_SLOTS)
         self._runner: web.AppRunner | None = None
         self._socket = None
         self.port: int | None = None
@@ -326,6 +328,13 @@ class SlackBot:
         return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
 
     # commands ---------------------------------------------------------------------------
+    async def _io(self, fn, /, *args, **kwargs):
+        """``fn(*args, **kwargs)`` in a thread, at most :data:`IO_SLOTS` commands at a time: a burst
+        of commands' database and git work (GIL-bound ORM code) cannot starve the event loop
+        that sends the next acks."""
+        async with self._io_slots:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
     def _redelivery(self, body: dict) -> bool:
         trigger = body.get("trigger_id")
         if not trigger:
@@ -403,7 +412,7 @@ class SlackBot:
         task.add_done_callback(self._tasks.discard)
 
     def _audit(self, who: tuple[str, str, str], text: str, result: str, job_id: int | None = None) -> None:
-        task = asyncio.create_task(asyncio.to_thread(storage.record_command, self.db, *who, text, result, job_id))
+        task = asyncio.create_task(self._io(storage.record_command, self.db, *who, text, result, job_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -431,23 +440,24 @@ class SlackBot:
                           slack={"channel": who[1], "response_url": body.get("response_url")})
         request = compare_request(self.config, job, self.queue.workdir)
         try:
-            base_sha, head_sha = await asyncio.to_thread(core.resolve_refs, request)
+            base_sha, head_sha = await self._io(core.resolve_refs, request)
         except core.GitError as exc:
             return f"usage error: {exc}", f"usage error: {exc}", None
         job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
-        queued = await self.queue.submit(job, wake=False)
+        async with self._io_slots:
+            queued = await self.queue.submit(job, wake=False)
         if queued is None:
             return None, "redelivery: already queued", None
         ready = self.notifier.parent_ready[queued.id] = asyncio.Event()
         try:
-            ahead = sum(1 for j in await asyncio.to_thread(storage.list_jobs, self.db, host=host) if j.id < queued.id)
+            ahead = sum(1 for j in await self._io(storage.list_jobs, self.db, host=host) if j.id < queued.id)
             base = cmd.base or f"{cmd.commit}^"
             text = (f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` ({base_sha[:10]}) on host "
                     f"`{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}: job {queued.id}, "
                     + (f"{ahead} job(s) ahead" if ahead else "next to run"))
             sent = await self.notifier.post(who[1], text=text)
             if sent is not None:
-                await asyncio.to_thread(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})
+                await self._io(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})
             else:
                 await AsyncWebhookClient(body["response_url"]).send(
                     response_type="in_channel", text=text + " (invite the bot to this channel for threaded progress)")
@@ -457,8 +467,8 @@ class SlackBot:
         return None, f"queued job {queued.id}", queued.id
 
     async def _cmd_status(self, cmd, who, body, host, engine):
-        jobs = ([await asyncio.to_thread(storage.get_job, self.db, cmd.job)] if cmd.job
-                else await asyncio.to_thread(storage.list_jobs, self.db, ("running",)))
+        jobs = ([await self._io(storage.get_job, self.db, cmd.job)] if cmd.job
+                else await self._io(storage.list_jobs, self.db, ("running",)))
         jobs = [j for j in jobs if j is not None]
         if not jobs:
             return ("no such job" if cmd.job else "no job is running"), "status", None
@@ -467,7 +477,7 @@ class SlackBot:
             line = (f"job {job.id} ({job.status}): compare `{job.args.get('head_ref')}` on host `{job.host}`, "
                     f"engine `{job.engine_name}`, by <@{job.user_id}>")
             if job.run_id:
-                stored = await asyncio.to_thread(storage.load_run, self.db, job.run_id)
+                stored = await self._io(storage.load_run, self.db, job.run_id)
                 ok = sum(1 for t in stored.trials if t.status == "ok")
                 verdicts = ", ".join(f"{v.mode} {v.verdict}" for v in stored.verdicts) or "no verdict yet"
                 line += f"; run {job.run_id} ({stored.run.status}): {ok} launches done, {verdicts}"
@@ -477,7 +487,7 @@ class SlackBot:
         return "\n".join(lines), "status", None
 
     async def _cmd_queue(self, cmd, who, body, host, engine):
-        jobs = await asyncio.to_thread(storage.list_jobs, self.db)
+        jobs = await self._io(storage.list_jobs, self.db)
         if not jobs:
             return "the queue is empty", "queue", None
         by_host: dict[str, list[str]] = {}
@@ -487,7 +497,7 @@ class SlackBot:
         return "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
 
     async def _cmd_cancel(self, cmd, who, body, host, engine):
-        job = await asyncio.to_thread(storage.get_job, self.db, cmd.job)
+        job = await self._io(storage.get_job, self.db, cmd.job)
         if job is None:
             return f"there is no job {cmd.job}", "cancel: no such job", None
         if not self.slack.allow.allows(who[0], who[1], job.host, job.engine_name):
@@ -496,7 +506,7 @@ class SlackBot:
         return outcome, outcome, job.id
 
     async def _cmd_history(self, cmd, who, body, host, engine):
-        runs = await asyncio.to_thread(storage.list_runs, self.db, engine, 10)
+        runs = await self._io(storage.list_runs, self.db, engine, 10)
         if not runs:
             return "no runs yet", "history", None
         lines = [f"run {run.id} {run.created_at:%Y-%m-%d %H:%M} {run.engine_name} `{run.head_ref}` {run.head_sha[:10]} "
