@@ -196,6 +196,9 @@ class SlackNotifier(Notifier):
             state["task"].cancel()
             await asyncio.gather(state["task"], return_exceptions=True)
         thread = state["thread"]
+        wait = state["last"] + self.slack.progress_interval_s - time.monotonic()
+        if wait > 0:  # the last edit keeps the pace too
+            await asyncio.sleep(wait)
         try:
             await self.pacer.call(thread.channel, self.client.chat_update, channel=thread.channel,
                                   ts=thread.progress_ts, text=f"{state['label']}\n{text}")

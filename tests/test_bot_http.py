@@ -75,6 +75,11 @@ async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_b
     progress_ts = job.slack["progress_ts"]
     edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == progress_ts]
     assert len(edits) >= 2 and "finished" in edits[-1].body["text"]
+    # paced as configured: progress edits >= 0.5 s apart, any two calls in the channel >= 0.2 s apart
+    assert all(b.at - a.at >= 0.45 for a, b in zip(edits, edits[1:])), str([round(b.at - a.at, 3) for a, b in zip(edits, edits[1:])])
+    in_channel = sorted((c for c in emulator.calls if c.body.get("channel") == "C_ALLOWED"), key=lambda c: c.at)
+    assert all(b.at - a.at >= 0.18 for a, b in zip(in_channel, in_channel[1:])), [
+        (a.method, b.method, round(b.at - a.at, 3)) for a, b in zip(in_channel, in_channel[1:])]
 
     assert [c.status for c in emulator.calls if c.status != 200] == [429, 500, 429]
     assert "started on host `local`" in posts[0].body["text"]  # the progress message, then the verdict
