@@ -126,7 +126,11 @@ async def main() -> None:
         assert running, "the run had finished before the bursts ended: make the workload longer"
     finally:
         bot.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(bot.wait, 60)
+        try:
+            await asyncio.to_thread(bot.wait, 60)
+        except subprocess.TimeoutExpired:  # never leave a bot behind
+            os.killpg(bot.pid, signal.SIGKILL)
+            bot.wait()
         log.close()
         await emulator.close()
     flat = [ms for burst in busy for ms in burst]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 
 from rich.console import Console
 
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace, console: Console) -> int:
-    """Run the bot until cancelled; returns 0 after a clean stop.
+    """Run the bot until SIGTERM or Ctrl-C; returns 0 after a clean stop.
 
     Raises:
         core.ConfigError: ``[slack]`` lacks the mode's token or secret.
@@ -50,8 +51,15 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"listening on http://{config.slack.http_host}:{bot.port}/slack/events", markup=False)
     else:
         console.print("connected (Socket Mode)", markup=False)
+    # SIGTERM and Ctrl-C set an event rather than raise KeyboardInterrupt wherever the loop happens
+    # to be: raised inside a transport callback, uvloop logs it as a transport error and goes on.
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stopping.set)
     try:
-        await asyncio.Event().wait()
+        await stopping.wait()
+        console.print("stopping: the running job's engine is stopped and the job queued again", markup=False)
     finally:
         await bot.stop()
     return 0

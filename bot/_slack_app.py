@@ -429,7 +429,7 @@ class SlackBot:
             log.exception("command %r failed", text)
             reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}", None
         self._audit(who, text, result, job_id)
-        if reply:
+        if reply and body.get("response_url"):
             try:
                 await respond(response_type="ephemeral", text=reply)
             except Exception as exc:  # the ack went out; a lost ephemeral line is logged

@@ -84,6 +84,7 @@ async def test_a_killed_bot_is_reconciled_and_every_queued_job_runs_once(tmp_pat
         proc.send_signal(signal.SIGTERM)
         await asyncio.to_thread(proc.wait, 30)
         log.close()
+    assert proc.returncode == 0  # a clean stop on SIGTERM
     assert [j.status for j in done] == ["done", "done", "done"], [j.reason for j in done]
     first = storage.get_job(db, 1)
     assert first.attempts == 1 and "stopped while this job ran" in first.reason
@@ -122,3 +123,29 @@ def test_requeue_disabled_fails_the_interrupted_job(tmp_path):
     assert storage.requeue_or_fail(db, again.id, True, "crash") == "queued"
     assert storage.claim_next(db, "local").id == again.id
     assert storage.requeue_or_fail(db, again.id, True, "crash again") == "failed"  # re-queued once only
+
+
+async def test_sigterm_mid_run_stops_the_bot_cleanly(tmp_path, emulator, unused_tcp_port):
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    url = f"sqlite:///{tmp_path}/bot.db"
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG)
+    log = open(tmp_path / "bot.log", "w")
+    proc, port = await _start(config, url, tmp_path / "home", log)
+    try:
+        for i in range(3):  # busy: a run streaming, commands arriving, replies failing (no response URL)
+            await post_command(port, form("compare slow --modes baseline", trigger=f"s{i}"))
+        db = storage.open_database(url)
+        trial = await wait_for(lambda: next((t for t in _trials(db) if t.pgid), None), 60, what="the first launch")
+        await asyncio.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    assert proc.returncode == 0
+    assert group_members(trial.pgid) == []
+    first = storage.get_job(db, 1)
+    assert (first.status, first.attempts) == ("queued", 1) and "the bot was stopped" in first.reason
+    assert [j.status for j in storage.list_jobs(db)] == ["queued", "queued", "queued"]

@@ -116,6 +116,7 @@ async def test_specperf_bot_connects_in_socket_mode_as_a_process(tmp_path, repo,
     finally:
         proc.terminate()
         _, stderr = await asyncio.to_thread(proc.communicate, timeout=30)
+    assert proc.returncode == 0, stderr  # SIGTERM: a clean stop
     assert "xapp-test-token" not in stderr and "xoxb-test-token" not in stderr
 
 
