@@ -16,6 +16,7 @@ import core
 import storage
 from bot._common import data_dir, database, load, open_host, owner, pick, pin_client
 from bot._report_view import print_bisect, print_report
+from bot._runs import reconcile_runs, stored_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -163,51 +164,10 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-async def reconcile(db, config: core.Config, say) -> None:
-    """Close runs left 'running' by a specperf that was killed, stopping their recorded
-    engine groups on their hosts; ``say`` gets one line per run."""
-    for run, trials in storage.abandoned_runs(db):
-        stopped, unreachable = [], None
-        recorded = [t for t in trials if t.pgid and t.log_path]
-        if recorded and run.host in config.hosts:
-            try:
-                async with open_host(config, run.host) as host:
-                    stopped = [t.pgid for t in recorded if await host.stop_recorded_group(t.pgid, t.log_path)]
-            except core.HostError as exc:
-                unreachable = str(exc)
-        owner_pid = run.settings["owner"]["pid"]
-        reason = f"specperf (pid {owner_pid}) ended without finishing this run"
-        if stopped:
-            reason += f"; its engine process group {', '.join(map(str, stopped))} was still running and was stopped"
-        if unreachable:
-            reason += f"; its engines could not be checked: {unreachable}"
-        storage.mark_abandoned(db, run.id, reason)
-        say(f"run {run.id}: {reason}", markup=False, highlight=False)
-
-
-def _stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.ArmTrial]]]:
-    trials: dict[str, dict[str, list[core.ArmTrial]]] = {m: {"base": [], "head": []} for m in stored.run.modes}
-    for trial in stored.trials:
-        if trial.status != "ok":
-            continue
-        arm = stored.arms[trial.arm_id]
-        trials[arm.mode][arm.role].append(core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean))
-    return trials
-
-
-def _stored_environment(stored: storage.StoredRun) -> dict:
-    by_phase: dict[str, dict] = {}
-    per_trial: dict[int, dict[str, dict]] = {}
-    for snap in stored.snapshots:
-        if snap.trial_id is None:
-            by_phase[snap.phase] = snap.data
-        else:
-            per_trial.setdefault(snap.trial_id, {})[snap.phase] = snap.data
-    arms = (by_phase.get("arm-base"), by_phase.get("arm-head"))
-    seq = {t.id: t.seq for t in stored.trials}
-    drift = {seq[tid]: lines for tid, snaps in per_trial.items()
-             if (lines := core.drift_lines(snaps.get("before"), snaps.get("after")))}
-    return {"arms_differ": [c.line for c in core.diff_snapshots(*arms)] if all(arms) else [], "drift": drift}
+async def reconcile(db, config: core.Config, console: Console) -> None:
+    """Close runs left 'running' by a specperf that was killed (bot._runs.reconcile_runs)."""
+    for run_id, reason in await reconcile_runs(db, config):
+        console.print(f"run {run_id}: {reason}", markup=False, highlight=False)
 
 
 async def run_show(args: argparse.Namespace, console: Console) -> int:
@@ -227,14 +187,8 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
                   f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
     if run.reason:
         console.print(f"reason: {run.reason}", markup=False, highlight=False)
-    settings = core.CompareConfig.model_validate(run.settings["compare"])
-    trials = _stored_figures(stored)
-    if args.recompute:
-        verdicts = {m: core.verdict_for(trials[m], settings) for m in run.modes}
-    else:
-        fields = [f.name for f in core.Verdict.__dataclass_fields__.values()]
-        verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
-    _emit(console, args, run.id, core.summarize(trials, verdicts, settings, _stored_environment(stored)), trials,
+    report, trials = stored_report(stored, recompute=args.recompute)
+    _emit(console, args, run.id, report, trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")
     return 0
 

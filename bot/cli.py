@@ -20,6 +20,7 @@ import core
 import storage
 from bot import (
     _cmd_bisect,
+    _cmd_bot,
     _cmd_compare,
     _cmd_env,
     _cmd_measure,
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specperf", description="Measure and compare LLM serving throughput.")
     parser.add_argument("--config", help="specperf.toml to use (default: ./specperf.toml or the embedded test engine)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (_cmd_measure, _cmd_compare, _cmd_env, _cmd_triage, _cmd_bisect, _cmd_report):
+    for command in (_cmd_measure, _cmd_compare, _cmd_env, _cmd_triage, _cmd_bisect, _cmd_report, _cmd_bot):
         command.register(sub)
     return parser
 

@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -404,6 +405,67 @@ class StorageConfig(_Strict):
     url: str = ""
 
 
+class AllowList(_Strict):
+    """Slack user IDs (``U...``) and channel IDs (``C...``/``G...``) allowed to run commands."""
+
+    users: list[str] = Field(default_factory=list)
+    channels: list[str] = Field(default_factory=list)
+
+
+class SlackAllow(AllowList):
+    """Who may use the bot. ``users``/``channels`` hold everywhere; ``hosts.NAME`` and
+    ``engines.NAME`` add people and channels for that host or engine only. A command that
+    targets (host, engine) is allowed when its user is in the union of the three user lists
+    and its channel in the union of the three channel lists; nothing configured allows nobody."""
+
+    hosts: dict[str, AllowList] = Field(default_factory=dict)
+    engines: dict[str, AllowList] = Field(default_factory=dict)
+
+    def allows(self, user: str, channel: str, host: str | None = None, engine: str | None = None) -> bool:
+        """Whether ``user`` in ``channel`` may act on ``host``/``engine`` (``None``: any of them)."""
+        lists = [self]
+        lists += [v for k, v in self.hosts.items() if host is None or k == host]
+        lists += [v for k, v in self.engines.items() if engine is None or k == engine]
+        return any(user in a.users for a in lists) and any(channel in a.channels for a in lists)
+
+
+class SlackConfig(_Strict):
+    """The Slack bot (``specperf bot``).
+
+    ``mode``: ``socket`` (Socket Mode: needs ``app_token``, no public URL) or ``http`` (an
+    HTTP endpoint on ``http_port``, ``0`` for any free port, path ``/slack/events``; needs
+    ``signing_secret``). Tokens are secrets (never shown) and usually come from the
+    environment: ``bot_token = "${SLACK_BOT_TOKEN}"``. ``api_url`` moves the Web API (tests,
+    proxies). ``requeue_interrupted``: a job a crashed bot left running is queued again once
+    (else it fails). ``progress_interval_s``: seconds at least between edits of a run's
+    progress message; ``channel_interval_s``: seconds at least between any two posts or
+    edits in one channel (Slack allows about one per second).
+    """
+
+    mode: Literal["socket", "http"] = "socket"
+    bot_token: SecretStr = SecretStr("")
+    app_token: SecretStr = SecretStr("")
+    signing_secret: SecretStr = SecretStr("")
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(default=3000, ge=0, le=65535)
+    api_url: str = "https://slack.com/api/"
+    requeue_interrupted: bool = True
+    progress_interval_s: float = Field(default=2.0, ge=0)
+    channel_interval_s: float = Field(default=1.0, ge=0)
+    allow: SlackAllow = Field(default_factory=SlackAllow)
+
+    @field_validator("bot_token", "app_token", "signing_secret", mode="before")
+    @classmethod
+    def _expand_secret(cls, value):
+        return _expand(value) if isinstance(value, str) else value
+
+    @field_validator("api_url")
+    @classmethod
+    def _expand_url(cls, value: str) -> str:
+        value = _expand(value)
+        return value if value.endswith("/") else value + "/"
+
+
 class Config(_Strict):
     """The whole configuration file.
 
@@ -418,6 +480,7 @@ class Config(_Strict):
     compare: CompareConfig = Field(default_factory=CompareConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     triage: TriageConfig = Field(default_factory=TriageConfig)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -430,6 +493,11 @@ class Config(_Strict):
                     f"engines.{name}.host = {engine.host!r} is not a configured host "
                     f"(known: {', '.join(sorted(hosts))})"
                 )
+        for what, table, known in (("hosts", self.slack.allow.hosts, hosts), ("engines", self.slack.allow.engines,
+                                                                                  self.engines)):
+            for name in table:
+                if name not in known:
+                    raise ValueError(f"slack.allow.{what}.{name}: no such {what[:-1]} is configured")
         return self
 
     def engine(self, name: str) -> EngineConfig:

@@ -35,6 +35,20 @@ async def _git(host: Host, repo: str, *args: str, check: bool = True) -> Command
     return result
 
 
+def check_ref_text(ref: str) -> str:
+    """``ref`` itself when it could be a git ref; no git runs.
+
+    Raises:
+        GitError: it is empty, starts with ``-``, or holds whitespace or shell characters.
+    """
+    if not ref or _FORBIDDEN.search(ref):
+        raise GitError(
+            f"{ref!r} is not a git ref: refs cannot start with '-' or contain whitespace or shell "
+            "characters; give a commit SHA, branch or tag"
+        )
+    return ref
+
+
 async def resolve_commit(host: Host, repo: str, ref: str) -> str:
     """The full 40-hex SHA of the commit ``ref`` names in ``repo`` on ``host``.
 
@@ -43,11 +57,7 @@ async def resolve_commit(host: Host, repo: str, ref: str) -> str:
             (it starts with ``-``, or holds whitespace or shell syntax), or it names no commit.
         HostError: the host cannot be reached.
     """
-    if not ref or _FORBIDDEN.search(ref):
-        raise GitError(
-            f"{ref!r} is not a git ref: refs cannot start with '-' or contain whitespace or shell "
-            "characters; give a commit SHA, branch or tag"
-        )
+    check_ref_text(ref)
     probe = await _git(host, repo, "rev-parse", "--git-dir", check=False)
     if probe.returncode != 0:
         raise GitError(f"engine repository {repo} on host {host.name} is not a git repository "

@@ -5,12 +5,27 @@ the schema is migrated with Alembic on open. ``core`` never imports from here.
 
 Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
 list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series), and
-the tables Run, Arm, Trial, EnvSnapshot, VerdictRow.
+the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next,
+cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
+list_commands) with the tables Job and CommandRecord.
 """
 
 from storage._db import StorageError, default_url, open_database
 from storage._history import load_series
-from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
+from storage._jobs import (
+    cancel_queued,
+    claim_next,
+    enqueue,
+    get_job,
+    job_for_run,
+    list_commands,
+    list_jobs,
+    orphaned_jobs,
+    record_command,
+    requeue_or_fail,
+    update_job,
+)
+from storage._models import Arm, CommandRecord, EnvSnapshot, Job, Run, Trial, VerdictRow
 from storage._store import (
     BisectStore,
     RunStore,
@@ -24,6 +39,7 @@ from storage._store import (
 __all__ = [
     "open_database", "default_url", "StorageError",
     "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
-    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow",
-    "load_series",
+    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series",
+    "enqueue", "claim_next", "get_job", "job_for_run", "update_job", "cancel_queued", "list_jobs",
+    "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
 ]

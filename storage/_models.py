@@ -115,3 +115,51 @@ class VerdictRow(SQLModel, table=True):
     step_ms_change_pct: float | None = None
     attribution: str | None = None
     reason: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class Job(SQLModel, table=True):
+    """A queued piece of work for one host (for now a compare), from the Slack bot.
+
+    ``status``: queued, running, done, failed, cancelled, interrupted. ``args`` holds the
+    request (``head_ref``, ``base_ref``, ``base_sha``, ``head_sha``, ``modes``, ``rounds``);
+    ``dedupe_key`` (Slack team and trigger id) is unique, so a redelivered slash command
+    cannot queue a second job. ``owner`` is the bot process running it (``pid``, ``host``);
+    ``attempts`` counts re-queues after a crash. ``slack`` keeps where its messages are
+    (``channel``, ``thread_ts``, ``progress_ts``, ``response_url``).
+    """
+
+    __tablename__ = "jobs"
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = "compare"
+    status: str = Field(default="queued", index=True)
+    host: str = Field(index=True)
+    engine_name: str
+    workload_name: str
+    args: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    user_id: str
+    channel_id: str
+    team_id: str = ""
+    dedupe_key: str | None = Field(default=None, unique=True, index=True)
+    attempts: int = 0
+    run_id: int | None = Field(default=None, foreign_key="runs.id")
+    owner: dict | None = Field(default=None, sa_column=Column(JSON))
+    slack: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: dt.datetime = Field(default_factory=utcnow)
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+
+
+class CommandRecord(SQLModel, table=True):
+    """One command received by the bot: who (Slack user, channel, team), what (the text), when,
+    and what came of it (``result``: queued job N, refused, usage error, ...)."""
+
+    __tablename__ = "command_audit"
+    id: int | None = Field(default=None, primary_key=True)
+    at: dt.datetime = Field(default_factory=utcnow)
+    user_id: str
+    channel_id: str
+    team_id: str = ""
+    command: str = Field(sa_column=Column(Text, nullable=False))
+    result: str = Field(sa_column=Column(Text, nullable=False))
+    job_id: int | None = None

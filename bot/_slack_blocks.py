@@ -1,0 +1,113 @@
+"""Slack messages of a run: the Block Kit verdict built from a stored run's report
+(:func:`core.summarize` via :func:`bot._runs.stored_report`), the failure reply, and the
+one-line text fallbacks that notifications and clients without blocks show.
+
+Limits kept: a header's text at most 150 characters, a section's text at most 3000, at most
+10 fields per section, at most 50 blocks per message.
+"""
+
+from __future__ import annotations
+
+import storage
+from bot._common import fmt
+
+_EMOJI = {"REGRESSION": ":red_circle:", "IMPROVEMENT": ":large_green_circle:", "NO CHANGE": ":white_circle:",
+          "INCONCLUSIVE": ":large_yellow_circle:"}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def _change(v: dict | None) -> str:
+    if not v:
+        return "-"
+    if v["ci_low_pct"] is None:
+        return _pct(v["change_pct"])
+    return f"{_pct(v['change_pct'])} (95% CI {_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])})"
+
+
+def _field(label: str, value: str) -> dict:
+    return {"type": "mrkdwn", "text": f"*{label}*\n{value}"}
+
+
+def _text(text: str) -> dict:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+
+def summary_line(stored: storage.StoredRun, report: dict) -> str:
+    """One line: ``run 3 (fake slow 1a2b3c vs 4d5e6f): baseline REGRESSION -9.1%, eagle3 ...``."""
+    run = stored.run
+    parts = []
+    for mode, entry in report["modes"].items():
+        v = entry.get("verdict")
+        parts.append(f"{mode} {v['verdict']} {_pct(v['change_pct'])}" if v else f"{mode} -")
+    return (f"run {run.id} ({run.engine_name} {run.head_ref} {run.head_sha[:10]} vs {run.base_sha[:10]}): "
+            + ", ".join(parts))
+
+
+def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
+    """The verdict message: a header; per mode a table (base and commit tok/s, change with its
+    95% interval, verdict, acceptance length, ms per step) and the verdict's reason; per
+    speculative mode its speedup over baseline on each side and the change of that speedup;
+    a context line with host, SHAs, launches per arm and any environment difference or drift.
+    """
+    run = stored.run
+    verdicts = [e["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")]
+    worst = next((w for w in ("REGRESSION", "IMPROVEMENT", "INCONCLUSIVE", "NO CHANGE") if w in verdicts), "-")
+    header = f"{worst}: {run.engine_name} {run.head_ref} ({run.head_sha[:10]}) vs {run.base_sha[:10]}"
+    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": header[:150]}}]
+    for mode, entry in report["modes"].items():
+        base, head, v = entry["base"], entry["head"], entry.get("verdict")
+        verdict = v["verdict"] if v else "-"
+        blocks.append(_text(f"{_EMOJI.get(verdict, '')} *{mode}*: *{verdict}*"))
+        blocks.append({"type": "section", "fields": [
+            _field("base tok/s", fmt(base["output_tok_s"])),
+            _field("commit tok/s", fmt(head["output_tok_s"])),
+            _field("change", _change(v)),
+            _field("verdict", verdict + ("" if not v or v["p_value"] is None else f" (p {v['p_value']:.3f})")),
+            _field("acceptance length", f"{fmt(base['acceptance_length'], 2)} -> {fmt(head['acceptance_length'], 2)}"),
+            _field("ms / step", f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}"),
+        ]})
+        if v:
+            more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
+            blocks.append({"type": "context", "elements": [
+                {"type": "mrkdwn", "text": f"{v['n_pairs']} pairs: {v['reason']}{more}"[:3000]}]})
+    for mode, sides in report["speedups"].items():
+        parts = []
+        for role, label in (("base", "base"), ("head", "commit")):
+            s = sides[role]
+            if s:
+                parts.append(f"{label} {s['ratio']:.2f}x ({s['ci_low']:.2f}..{s['ci_high']:.2f})")
+        change = sides["change"]
+        if change:
+            moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
+            parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
+        if parts:
+            blocks.append(_text(f"*{mode} speedup over baseline*: " + "; ".join(parts)))
+    launches = max((e["base"]["trials"] for e in report["modes"].values()), default=0)
+    context = (f"host `{run.host}` | engine `{run.engine_name}` | commit `{run.head_sha[:12]}` ({run.head_ref}) | "
+               f"base `{run.base_sha[:12]}` ({run.base_ref}) | {launches} launches per arm and mode | run {run.id}")
+    environment = report.get("environment") or {}
+    notes = []
+    if environment.get("arms_differ"):
+        notes.append("environment differs between the arms: " + "; ".join(environment["arms_differ"][:6]))
+    for seq, lines in (environment.get("drift") or {}).items():
+        notes.append(f"launch {seq} saw the environment drift (kept): " + "; ".join(lines))
+    if not notes:
+        notes.append("no environment drift seen")
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:3000]},
+                                                   {"type": "mrkdwn", "text": " | ".join(notes)[:3000]}]})
+    return blocks[:50]
+
+
+def failure_blocks(run_label: str, reason: str, log_tail: str | None) -> tuple[list[dict], str]:
+    """(blocks, text fallback) for a run that could not measure: the reason and the engine's
+    log tail (its last 2,500 characters)."""
+    text = f"{run_label} FAILED: {reason}"
+    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"FAILED: {run_label}"[:150]}},
+              _text(f"*reason*: {reason}")]
+    if log_tail:
+        tail = log_tail[-2500:].replace("```", "'''")
+        blocks.append(_text(f"*engine log tail*\n```{tail}```"))
+    return blocks, text

@@ -1,0 +1,148 @@
+"""The job queue of the Slack bot, in the database: jobs survive restarts.
+
+A worker takes the oldest queued job of its host with :func:`claim_next`, a compare-and-set
+``UPDATE ... WHERE id = ? AND status = 'queued'``: two workers (or two bot processes) racing
+for the same job cannot both win, on SQLite or PostgreSQL. Every change commits at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from sqlalchemy import Engine, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from storage._models import CommandRecord, Job, utcnow
+
+ACTIVE = ("queued", "running")
+
+
+def _owner_alive(owner: dict | None) -> bool:
+    """Whether the process that owns a job is alive; a job of another host counts as alive."""
+    if not owner or owner.get("host") != socket.gethostname():
+        return bool(owner)
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def enqueue(engine: Engine, job: Job) -> Job | None:
+    """Insert ``job`` as queued; ``None`` when a job with its ``dedupe_key`` already exists
+    (a redelivered command)."""
+    job.status = "queued"
+    with Session(engine, expire_on_commit=False) as session:
+        session.add(job)
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+            return None
+        return job
+
+
+def claim_next(engine: Engine, host: str) -> Job | None:
+    """Mark the oldest queued job of ``host`` running, owned by this process, and return it;
+    ``None`` when none is queued. Atomic: a job is claimed by one caller only."""
+    owner = {"pid": os.getpid(), "host": socket.gethostname()}
+    with Session(engine, expire_on_commit=False) as session:
+        while True:
+            job_id = session.exec(select(Job.id).where(Job.host == host, Job.status == "queued")
+                                  .order_by(Job.id).limit(1)).first()
+            if job_id is None:
+                return None
+            won = session.execute(update(Job).where(Job.id == job_id, Job.status == "queued")
+                                  .values(status="running", owner=owner, started_at=utcnow()))
+            session.commit()
+            if won.rowcount == 1:
+                return session.get(Job, job_id, populate_existing=True)
+
+
+def get_job(engine: Engine, job_id: int) -> Job | None:
+    """The job ``job_id`` or ``None``."""
+    with Session(engine, expire_on_commit=False) as session:
+        return session.get(Job, job_id)
+
+
+def job_for_run(engine: Engine, run_id: int) -> Job | None:
+    """The job that made run ``run_id``, or ``None``."""
+    with Session(engine, expire_on_commit=False) as session:
+        return session.exec(select(Job).where(Job.run_id == run_id)).first()
+
+
+def update_job(engine: Engine, job_id: int, **fields) -> Job:
+    """Set ``fields`` on job ``job_id`` (``slack`` is merged, not replaced) and return it."""
+    with Session(engine, expire_on_commit=False) as session:
+        job = session.get(Job, job_id)
+        for key, value in fields.items():
+            setattr(job, key, {**job.slack, **value} if key == "slack" else value)
+        if fields.get("status") in ("done", "failed", "cancelled", "interrupted"):
+            job.finished_at = utcnow()
+        session.add(job)
+        session.commit()
+        return job
+
+
+def cancel_queued(engine: Engine, job_id: int, reason: str) -> bool:
+    """Cancel job ``job_id`` if it is still queued (atomic); whether it was."""
+    with Session(engine) as session:
+        done = session.execute(update(Job).where(Job.id == job_id, Job.status == "queued")
+                               .values(status="cancelled", reason=reason, finished_at=utcnow()))
+        session.commit()
+        return done.rowcount == 1
+
+
+def list_jobs(engine: Engine, statuses: tuple[str, ...] = ACTIVE, host: str | None = None,
+              limit: int = 50) -> list[Job]:
+    """Jobs in ``statuses`` (optionally of one host), oldest first."""
+    with Session(engine, expire_on_commit=False) as session:
+        query = select(Job).where(Job.status.in_(statuses)).order_by(Job.id).limit(limit)
+        if host:
+            query = query.where(Job.host == host)
+        return list(session.exec(query))
+
+
+def orphaned_jobs(engine: Engine) -> list[Job]:
+    """Jobs marked running whose bot process (on this machine) is gone: what a crash left."""
+    return [job for job in list_jobs(engine, ("running",), limit=10_000) if not _owner_alive(job.owner)]
+
+
+def requeue_or_fail(engine: Engine, job_id: int, requeue: bool, reason: str) -> str:
+    """Close an orphaned job as interrupted with ``reason``, then queue it again (keeping its
+    place: the queue is by id) if ``requeue`` and it was never re-queued before, else fail it.
+    Returns the new status, ``queued`` or ``failed``."""
+    with Session(engine) as session:
+        job = session.get(Job, job_id)
+        job.status, job.reason = "interrupted", reason
+        session.add(job)
+        session.commit()
+        if requeue and job.attempts == 0:
+            job.status, job.attempts, job.owner, job.run_id, job.started_at = "queued", 1, None, None, None
+            job.reason = f"{reason}; re-queued"
+        else:
+            job.status, job.finished_at = "failed", utcnow()
+            job.reason = f"{reason}; not re-queued" + (" (it was re-queued once already)" if requeue else "")
+        session.add(job)
+        session.commit()
+        return job.status
+
+
+def record_command(engine: Engine, user_id: str, channel_id: str, team_id: str, command: str,
+                   result: str, job_id: int | None = None) -> None:
+    """Append one command to the audit table."""
+    with Session(engine) as session:
+        session.add(CommandRecord(user_id=user_id, channel_id=channel_id, team_id=team_id, command=command,
+                                  result=result, job_id=job_id))
+        session.commit()
+
+
+def list_commands(engine: Engine, limit: int = 100) -> list[CommandRecord]:
+    """The newest audited commands, oldest first."""
+    with Session(engine, expire_on_commit=False) as session:
+        rows = list(session.exec(select(CommandRecord).order_by(CommandRecord.id.desc()).limit(limit)))
+        return rows[::-1]

@@ -1,0 +1,295 @@
+"""The Slack bot in HTTP mode, in process, against the Slack emulator and the fast fake engine:
+a compare end to end (ack, queue, threaded progress, verdict blocks matching the stored run,
+chart upload), signatures, authorisation, usage errors, redelivery, cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+import core
+import storage
+from bot._common import fmt
+from bot._runs import stored_report
+from bot._slack_app import SlackBot
+from tests.bot_support import form, post_command, wait_for, write_config
+from tests.conftest import group_members
+from tests.fake_engine_repo import make_repo
+from tests.slack_emulator import SlackEmulator, signed_headers
+
+
+@pytest.fixture
+async def emulator():
+    emu = SlackEmulator()
+    await emu.start()
+    yield emu
+    await emu.close()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "engine-repo"
+    return path, make_repo(path)
+
+
+@pytest.fixture
+async def make_bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
+    monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
+    bots = []
+
+    async def start(**kwargs):
+        config = core.load_config(write_config(tmp_path, repo[0], unused_tcp_port, emulator.api_url, **kwargs))
+        db = storage.open_database(f"sqlite:///{tmp_path}/bot.db")
+        bot = SlackBot(config, db)
+        await bot.start()
+        bots.append(bot)
+        return bot
+
+    yield start
+    for bot in bots:
+        await bot.stop()
+
+
+def _jobs(db):
+    return storage.list_jobs(db, ("queued", "running", "done", "failed", "cancelled", "interrupted"))
+
+
+async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_bot, emulator, repo):
+    bot = await make_bot()
+    emulator.script("chat.postMessage", 429, 500)  # Slack pushing back: nothing may be lost
+    emulator.script("chat.update", 429)
+    response, seconds = await post_command(bot.port, form("compare slow --modes baseline,eagle3",
+                                                          response_url=emulator.response_url()))
+    assert response.status_code == 200 and seconds < 3.0
+    assert "working on it" in response.json()["text"]
+    job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None),
+                         what="the job to finish")
+    assert job.status == "done", job.reason
+    await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
+
+    parent = emulator.recorded("chat.postMessage")[0]
+    assert parent.body["channel"] == "C_ALLOWED" and "thread_ts" not in parent.body
+    assert f"job {job.id}" in parent.body["text"] and "slow" in parent.body["text"]
+    thread_ts = job.slack["thread_ts"]
+    posts = emulator.recorded("chat.postMessage")[1:]
+    assert all(p.body["thread_ts"] == thread_ts for p in posts)
+    progress_ts = job.slack["progress_ts"]
+    edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == progress_ts]
+    assert len(edits) >= 2 and "finished" in edits[-1].body["text"]
+    # paced as configured: progress edits >= 0.5 s apart, any two calls in the channel >= 0.2 s apart
+    assert all(b.at - a.at >= 0.45 for a, b in zip(edits, edits[1:])), str([round(b.at - a.at, 3) for a, b in zip(edits, edits[1:])])
+    in_channel = sorted((c for c in emulator.calls if c.body.get("channel") == "C_ALLOWED"), key=lambda c: c.at)
+    assert all(b.at - a.at >= 0.18 for a, b in zip(in_channel, in_channel[1:])), [
+        (a.method, b.method, round(b.at - a.at, 3)) for a, b in zip(in_channel, in_channel[1:])]
+
+    assert [c.status for c in emulator.calls if c.status != 200] == [429, 500, 429]
+    assert "started on host `local`" in posts[0].body["text"]  # the progress message, then the verdict
+    verdict = next(p for p in posts if p.body.get("blocks"))
+    blocks = verdict.body["blocks"]
+    assert blocks[0]["type"] == "header"
+    stored = storage.load_run(bot.db, job.run_id)
+    report, _ = stored_report(stored)
+    assert stored.run.status == "done" and stored.run.host == "local"
+    stored_verdicts = {v.mode: v.verdict for v in stored.verdicts}
+    assert set(stored_verdicts) == {"baseline", "eagle3"}
+    for mode in ("baseline", "eagle3"):
+        i = next(i for i, b in enumerate(blocks) if b["type"] == "section" and f"*{mode}*" in b.get("text", {}).get("text", ""))
+        assert stored_verdicts[mode] in blocks[i]["text"]["text"]
+        fields = {f["text"].split("\n")[0].strip("*"): f["text"].split("\n")[1] for f in blocks[i + 1]["fields"]}
+        entry = report["modes"][mode]
+        assert fields["base tok/s"] == fmt(entry["base"]["output_tok_s"])
+        assert fields["commit tok/s"] == fmt(entry["head"]["output_tok_s"])
+        assert fields["change"].startswith(f"{entry['verdict']['change_pct']:+.1f}%")
+    assert any("eagle3 speedup over baseline" in b.get("text", {}).get("text", "") for b in blocks)
+    context = " ".join(e["text"] for b in blocks if b["type"] == "context" for e in b["elements"])
+    assert "host `local`" in context and stored.run.head_sha[:12] in context and stored.run.base_sha[:12] in context
+    assert verdict.body["text"].startswith(f"run {job.run_id}")  # the text fallback
+
+    upload = emulator.recorded("files.completeUploadExternal")[0]
+    assert upload.body["channel_id"] == "C_ALLOWED" and upload.body["thread_ts"] == thread_ts
+    file_id = upload.body["files"][0]["id"]
+    assert emulator.file(file_id)[:4] == b"\x89PNG"
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    audit = storage.list_commands(bot.db)
+    assert [(a.user_id, a.result) for a in audit] == [("U_ALLOWED", f"queued job {job.id}")]
+    assert len(emulator.recorded("auth.test")) == 1  # at start, never between a command and its ack
+
+
+@pytest.mark.parametrize("case", ["unsigned", "bad", "stale", "replayed"])
+async def test_unsigned_bad_stale_and_replayed_requests_get_401(make_bot, case):
+    bot = await make_bot()
+    body = form("queue")
+    headers = {"unsigned": {"Content-Type": "application/x-www-form-urlencoded"},
+               "bad": signed_headers(body, secret="not-the-secret"),
+               "stale": signed_headers(body, timestamp=int(__import__("time").time()) - 301),
+               "replayed": signed_headers(body)}[case]
+    if case == "replayed":
+        first, _ = await post_command(bot.port, body, headers)
+        assert first.status_code == 200
+    response, _ = await post_command(bot.port, body, headers)
+    assert response.status_code == 401
+    await __import__("asyncio").sleep(0.3)
+    assert len(storage.list_commands(bot.db)) == (1 if case == "replayed" else 0)
+
+
+async def test_an_unauthorised_user_or_channel_is_refused_and_nothing_is_queued(make_bot, emulator):
+    bot = await make_bot()
+    for user, channel in (("U_STRANGER", "C_ALLOWED"), ("U_ALLOWED", "C_OTHER")):
+        response, _ = await post_command(bot.port, form("compare slow", user=user, channel=channel))
+        assert response.status_code == 200
+        assert response.json()["text"].startswith("refused:")
+    await wait_for(lambda: len(storage.list_commands(bot.db)) == 2, 5, what="the audit rows")
+    assert [a.result for a in storage.list_commands(bot.db)] == ["refused: not on the allow-list"] * 2
+    assert _jobs(bot.db) == []
+    assert emulator.recorded("chat.postMessage") == []
+
+
+@pytest.mark.parametrize("text", ["compare", "compare slow --rounds many", "compare 'slow; touch {canary}'",
+                                  "compare $(touch {canary})", "compare --upload-pack=touch {canary}",
+                                  "compare slow --host nowhere", "compare slow --modes turbo", "frobnicate",
+                                  "cancel ../1", "compare 'unbalanced"])
+async def test_malformed_and_shell_looking_commands_are_usage_errors(make_bot, emulator, tmp_path, text):
+    bot = await make_bot()
+    canary = tmp_path / "canary"
+    response, _ = await post_command(bot.port, form(text.format(canary=canary)))
+    assert response.status_code == 200
+    assert response.json()["text"].startswith("usage error:")
+    await wait_for(lambda: storage.list_commands(bot.db), 5, what="the audit row")
+    assert storage.list_commands(bot.db)[0].result.startswith("usage error")
+    assert _jobs(bot.db) == [] and not canary.exists() and not (tmp_path / "home/work/worktrees").exists()
+
+
+async def test_a_ref_that_names_no_commit_is_a_usage_error_after_the_ack(make_bot, emulator):
+    bot = await make_bot()
+    response, _ = await post_command(bot.port, form("compare no-such-ref", response_url=emulator.response_url()))
+    assert "working on it" in response.json()["text"]
+    reply = await wait_for(lambda: emulator.recorded("response"), 10, what="the ephemeral reply")
+    assert "names no commit" in reply[0].body["text"] and reply[0].body["response_type"] == "ephemeral"
+    assert _jobs(bot.db) == []
+
+
+async def test_a_slack_retry_never_queues_a_duplicate(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    body = form("compare slow --modes baseline", trigger="trig-once", response_url=emulator.response_url())
+    first, _ = await post_command(bot.port, body)
+    retry_headers = {**signed_headers(body, timestamp=int(__import__("time").time()) + 1), "X-Slack-Retry-Num": "1",
+                     "X-Slack-Retry-Reason": "http_timeout"}
+    second, _ = await post_command(bot.port, body, retry_headers)
+    assert first.status_code == second.status_code == 200
+    await wait_for(lambda: _jobs(bot.db), 10, what="the job")
+    # a restarted bot has no memory of the first delivery: the database's unique key stops it
+    bot._seen.clear()
+    third, _ = await post_command(bot.port, body, {**signed_headers(body, timestamp=int(__import__("time").time()) + 2),
+                                                   "X-Slack-Retry-Num": "2"})
+    assert third.status_code == 200
+    await wait_for(lambda: len(storage.list_commands(bot.db)) >= 2, 10, what="the audit rows")
+    assert len(_jobs(bot.db)) == 1
+    job = _jobs(bot.db)[0]
+    await bot.queue.cancel(job.id, "test over")
+
+
+async def test_cancel_stops_a_running_job_and_its_engine(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
+    await post_command(bot.port, form("compare noop --modes baseline", response_url=emulator.response_url()))
+    trial = await wait_for(lambda: next((t for t in _trials(bot.db) if t.pgid), None), 60, what="a launch")
+    assert group_members(trial.pgid) != []
+    response, _ = await post_command(bot.port, form("cancel 1", response_url=emulator.response_url("c")))
+    assert "working on it" in response.json()["text"]
+    reply = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == "c"], 30,
+                           what="the cancel reply")
+    assert "engine was stopped" in reply[0].body["text"]
+    assert group_members(trial.pgid) == []
+    job = storage.get_job(bot.db, 1)
+    assert job.status == "cancelled" and "cancelled by <@U_ALLOWED>" in job.reason
+    assert storage.load_run(bot.db, job.run_id).run.status == "interrupted"
+    # the queued job behind it cancelled too, before it starts
+    await post_command(bot.port, form("cancel 2", response_url=emulator.response_url("c2")))
+    await wait_for(lambda: storage.get_job(bot.db, 2).status in ("cancelled",), 30, what="job 2 cancelled")
+
+
+def _trials(db):
+    from sqlmodel import Session, select
+    with Session(db) as session:
+        return list(session.exec(select(storage.Trial)))
+
+
+async def test_help_status_queue_and_history_answer_and_every_command_is_audited(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    help_reply, _ = await post_command(bot.port, form("help"))
+    assert "/specperf compare" in help_reply.json()["text"]
+    await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url("q")))
+    await wait_for(lambda: [t for t in _trials(bot.db) if t.pgid], 60, what="the run to start")
+    for name in ("status", "queue", "history", "status 1", "status 99"):
+        response, _ = await post_command(bot.port, form(name, response_url=emulator.response_url(name)))
+        assert "working on it" in response.json()["text"]
+    replies = {}
+    for name in ("status", "queue", "history", "status 1", "status 99"):
+        found = await wait_for(lambda name=name: [c for c in emulator.recorded("response") if c.body["name"] == name], 10,
+                               what=f"the reply to {name}")
+        replies[name] = found[0].body["text"]
+        assert found[0].body["response_type"] == "ephemeral"
+    assert replies["status"].startswith("job 1 (running)") and "run 1 (running)" in replies["status"]
+    assert replies["status 1"] == replies["status"] and replies["status 99"] == "no such job"
+    assert "*local*" in replies["queue"] and "job 1 running" in replies["queue"]
+    assert replies["history"].startswith("run 1 ") and "running" in replies["history"]
+    await wait_for(lambda: len(storage.list_commands(bot.db)) == 7, 10, what="seven audit rows")
+    audit = storage.list_commands(bot.db)
+    assert sorted((a.command, a.result) for a in audit) == sorted([  # written after each ack, in any order
+        ("help", "help"), ("compare slow --modes baseline", "queued job 1"), ("status", "status"),
+        ("queue", "queue"), ("history", "history"), ("status 1", "status"), ("status 99", "status")])
+    assert all(a.user_id == "U_ALLOWED" and a.channel_id == "C_ALLOWED" and a.at is not None for a in audit)
+    await bot.queue.cancel(1, "test over")
+
+
+async def test_a_failed_run_replies_with_the_reason_and_the_engine_log_tail(make_bot, emulator):
+    bot = await make_bot()
+    await post_command(bot.port, form("compare broken --modes baseline", response_url=emulator.response_url()))
+    job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None), 60,
+                         what="the job to fail")
+    assert job.status == "failed" and "exited with status 1 before it was ready" in job.reason
+    reply = await wait_for(lambda: [p for p in emulator.recorded("chat.postMessage") if p.body.get("blocks")], 20,
+                           what="the failure reply")
+    body = reply[0].body
+    assert body["thread_ts"] == job.slack["thread_ts"] and "FAILED" in body["text"]
+    text = " ".join(b.get("text", {}).get("text", "") for b in body["blocks"])
+    assert "exited with status 1 before it was ready" in text and "illegal memory access" in text
+    assert emulator.recorded("files.completeUploadExternal") == []  # no chart for a run without a verdict
+
+
+async def test_env_probes_the_local_host_and_reports_the_checks(make_bot, emulator):
+    bot = await make_bot()
+    response, seconds = await post_command(bot.port, form("env local", response_url=emulator.response_url("env")))
+    assert response.status_code == 200 and seconds < 3.0
+    reply = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == "env"], 90,
+                           what="the env reply")
+    text = reply[0].body["text"]
+    assert text.startswith("env of host `local` with engine fake (full probe") and "worst " in text
+    assert any(line.split(" ", 1)[0] in ("PASS", "WARN", "FAIL") for line in text.splitlines()[1:])
+
+
+async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job_once(make_bot, emulator):
+    bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
+    trial = await wait_for(lambda: next((t for t in _trials(bot.db) if t.pgid), None), 60, what="a launch")
+    await bot.stop()
+    assert group_members(trial.pgid) == []
+    job = storage.get_job(bot.db, 1)
+    assert (job.status, job.attempts) == ("queued", 1) and "the bot was stopped" in job.reason
+    assert storage.load_run(bot.db, job.run_id or trial.run_id).run.status == "interrupted"
+
+
+async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypatch):
+    import time
+
+    bot = await make_bot()
+    slow_git, slow_audit = core.resolve_refs, storage.record_command
+    monkeypatch.setattr(core, "resolve_refs", lambda request: (time.sleep(4), slow_git(request))[1])
+    monkeypatch.setattr(storage, "record_command", lambda *a, **k: (time.sleep(4), slow_audit(*a, **k))[1])
+    emulator.script("chat.postMessage", 429)  # and Slack itself is pushing back
+    response, seconds = await post_command(bot.port, form("compare slow --modes baseline --rounds 1",
+                                                          response_url=emulator.response_url()))
+    assert response.status_code == 200 and seconds < 1.0, seconds
+    job = await wait_for(lambda: _jobs(bot.db), 20, what="the job, queued after the slow git")
+    assert len(job[0].args["head_sha"]) == 40
+    await wait_for(lambda: storage.list_commands(bot.db), 20, what="the slow audit row")
+    await bot.queue.cancel(job[0].id, "test over")
