@@ -65,3 +65,51 @@ async def wait_for(predicate, timeout: float = 120, interval: float = 0.2, what:
             return value
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def check_verdict_thread(bot, emulator, job, host: str, modes: tuple[str, ...]):
+    """Assert, from the emulator's record, what a finished compare job posted: the parent message
+    in the channel, everything else in its thread, progress edited in place, a Block Kit verdict
+    whose numbers are the stored run's (per mode: verdict, base and commit tok/s, change), the
+    EAGLE-3 speedup line when both modes ran, a context line with the host and SHAs, a text
+    fallback, and the chart PNG uploaded to the thread; no engine process left. Returns the
+    stored run."""
+    import storage
+    from bot._common import fmt
+    from bot._runs import stored_report
+    from tests.conftest import group_members
+
+    parent = emulator.recorded("chat.postMessage")[0]
+    assert parent.body["channel"] == "C_ALLOWED" and "thread_ts" not in parent.body
+    assert f"job {job.id}" in parent.body["text"]
+    thread_ts = job.slack["thread_ts"]
+    posts = emulator.recorded("chat.postMessage")[1:]
+    assert all(p.body["thread_ts"] == thread_ts for p in posts)
+    edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == job.slack["progress_ts"]]
+    assert len(edits) >= 2 and "finished" in edits[-1].body["text"]
+    verdict = next(p for p in posts if p.body.get("blocks"))
+    blocks = verdict.body["blocks"]
+    assert blocks[0]["type"] == "header"
+    stored = storage.load_run(bot.db, job.run_id)
+    report, _ = stored_report(stored)
+    assert stored.run.status == "done" and stored.run.host == host
+    stored_verdicts = {v.mode: v.verdict for v in stored.verdicts}
+    assert set(stored_verdicts) == set(modes)
+    for mode in modes:
+        i = next(i for i, b in enumerate(blocks) if b["type"] == "section" and f"*{mode}*" in b.get("text", {}).get("text", ""))
+        assert stored_verdicts[mode] in blocks[i]["text"]["text"]
+        fields = {f["text"].split("\n")[0].strip("*"): f["text"].split("\n")[1] for f in blocks[i + 1]["fields"]}
+        entry = report["modes"][mode]
+        assert fields["base tok/s"] == fmt(entry["base"]["output_tok_s"])
+        assert fields["commit tok/s"] == fmt(entry["head"]["output_tok_s"])
+        assert fields["change"].startswith(f"{entry['verdict']['change_pct']:+.1f}%")
+    if {"baseline", "eagle3"} <= set(modes):
+        assert any("eagle3 speedup over baseline" in b.get("text", {}).get("text", "") for b in blocks)
+    context = " ".join(e["text"] for b in blocks if b["type"] == "context" for e in b["elements"])
+    assert f"host `{host}`" in context and stored.run.head_sha[:12] in context and stored.run.base_sha[:12] in context
+    assert verdict.body["text"].startswith(f"run {job.run_id}")  # the text fallback
+    upload = emulator.recorded("files.completeUploadExternal")[0]
+    assert upload.body["channel_id"] == "C_ALLOWED" and upload.body["thread_ts"] == thread_ts
+    assert emulator.file(upload.body["files"][0]["id"])[:4] == b"\x89PNG"
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    return stored

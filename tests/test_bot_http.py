@@ -4,14 +4,20 @@ chart upload), signatures, authorisation, usage errors, redelivery, cancel."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import core
 import storage
-from bot._common import fmt
-from bot._runs import stored_report
 from bot._slack_app import SlackBot
-from tests.bot_support import form, post_command, wait_for, write_config
+from tests.bot_support import (
+    check_verdict_thread,
+    form,
+    post_command,
+    wait_for,
+    write_config,
+)
 from tests.conftest import group_members
 from tests.fake_engine_repo import make_repo
 from tests.slack_emulator import SlackEmulator, signed_headers
@@ -66,49 +72,17 @@ async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_b
     assert job.status == "done", job.reason
     await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
 
-    parent = emulator.recorded("chat.postMessage")[0]
-    assert parent.body["channel"] == "C_ALLOWED" and "thread_ts" not in parent.body
-    assert f"job {job.id}" in parent.body["text"] and "slow" in parent.body["text"]
-    thread_ts = job.slack["thread_ts"]
+    check_verdict_thread(bot, emulator, job, "local", ("baseline", "eagle3"))
     posts = emulator.recorded("chat.postMessage")[1:]
-    assert all(p.body["thread_ts"] == thread_ts for p in posts)
     progress_ts = job.slack["progress_ts"]
     edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == progress_ts]
-    assert len(edits) >= 2 and "finished" in edits[-1].body["text"]
     # paced as configured: progress edits >= 0.5 s apart, any two calls in the channel >= 0.2 s apart
     assert all(b.at - a.at >= 0.45 for a, b in zip(edits, edits[1:])), str([round(b.at - a.at, 3) for a, b in zip(edits, edits[1:])])
     in_channel = sorted((c for c in emulator.calls if c.body.get("channel") == "C_ALLOWED"), key=lambda c: c.at)
     assert all(b.at - a.at >= 0.18 for a, b in zip(in_channel, in_channel[1:])), [
         (a.method, b.method, round(b.at - a.at, 3)) for a, b in zip(in_channel, in_channel[1:])]
-
     assert [c.status for c in emulator.calls if c.status != 200] == [429, 500, 429]
     assert "started on host `local`" in posts[0].body["text"]  # the progress message, then the verdict
-    verdict = next(p for p in posts if p.body.get("blocks"))
-    blocks = verdict.body["blocks"]
-    assert blocks[0]["type"] == "header"
-    stored = storage.load_run(bot.db, job.run_id)
-    report, _ = stored_report(stored)
-    assert stored.run.status == "done" and stored.run.host == "local"
-    stored_verdicts = {v.mode: v.verdict for v in stored.verdicts}
-    assert set(stored_verdicts) == {"baseline", "eagle3"}
-    for mode in ("baseline", "eagle3"):
-        i = next(i for i, b in enumerate(blocks) if b["type"] == "section" and f"*{mode}*" in b.get("text", {}).get("text", ""))
-        assert stored_verdicts[mode] in blocks[i]["text"]["text"]
-        fields = {f["text"].split("\n")[0].strip("*"): f["text"].split("\n")[1] for f in blocks[i + 1]["fields"]}
-        entry = report["modes"][mode]
-        assert fields["base tok/s"] == fmt(entry["base"]["output_tok_s"])
-        assert fields["commit tok/s"] == fmt(entry["head"]["output_tok_s"])
-        assert fields["change"].startswith(f"{entry['verdict']['change_pct']:+.1f}%")
-    assert any("eagle3 speedup over baseline" in b.get("text", {}).get("text", "") for b in blocks)
-    context = " ".join(e["text"] for b in blocks if b["type"] == "context" for e in b["elements"])
-    assert "host `local`" in context and stored.run.head_sha[:12] in context and stored.run.base_sha[:12] in context
-    assert verdict.body["text"].startswith(f"run {job.run_id}")  # the text fallback
-
-    upload = emulator.recorded("files.completeUploadExternal")[0]
-    assert upload.body["channel_id"] == "C_ALLOWED" and upload.body["thread_ts"] == thread_ts
-    file_id = upload.body["files"][0]["id"]
-    assert emulator.file(file_id)[:4] == b"\x89PNG"
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
     audit = storage.list_commands(bot.db)
     assert [(a.user_id, a.result) for a in audit] == [("U_ALLOWED", f"queued job {job.id}")]
     assert len(emulator.recorded("auth.test")) == 1  # at start, never between a command and its ack
@@ -283,7 +257,12 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
 
     bot = await make_bot()
     slow_git, slow_audit = core.resolve_refs, storage.record_command
-    monkeypatch.setattr(core, "resolve_refs", lambda request: (time.sleep(4), slow_git(request))[1])
+
+    async def slow_resolve(request):  # git on a slow host: awaited, so the loop stays free
+        await asyncio.sleep(4)
+        return await slow_git(request)
+
+    monkeypatch.setattr(core, "resolve_refs", slow_resolve)
     monkeypatch.setattr(storage, "record_command", lambda *a, **k: (time.sleep(4), slow_audit(*a, **k))[1])
     emulator.script("chat.postMessage", 429)  # and Slack itself is pushing back
     response, seconds = await post_command(bot.port, form("compare slow --modes baseline --rounds 1",

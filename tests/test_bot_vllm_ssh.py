@@ -1,0 +1,70 @@
+"""The whole path the team uses every day, with nothing faked but Slack's servers:
+``/specperf compare broken-draft --modes eagle3`` as a signed HTTP POST to the bot, queued,
+run by the host's worker on the vLLM CPU test engine through the OpenSSH server on loopback
+(worktrees, probe and every launch on the "remote" host, the client through the SSH tunnel),
+and a threaded verdict whose numbers are the stored run's, with the chart uploaded.
+
+Slow: eight launches of vLLM (about 5 minutes). This is also the SSH issue's real compare
+end to end: the draft that is never accepted must show as a regression of acceptance length.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import core
+import storage
+from bot._common import load
+from bot._slack_app import SlackBot
+from tests.bot_support import check_verdict_thread, form, post_command, wait_for
+from tests.slack_emulator import SIGNING_SECRET, SlackEmulator
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture
+async def emulator():
+    emu = SlackEmulator()
+    await emu.start()
+    yield emu
+    await emu.close()
+
+
+async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, sshd, emulator, tmp_path,
+                                                                      unused_tcp_port, monkeypatch):
+    monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
+    monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    default = load(None)  # the embedded CPU test engine, its repo with the planted branches
+    slack = core.parse_config(
+        f'[slack]\nmode = "http"\nbot_token = "xoxb-test"\napp_token = "xapp-test"\nsigning_secret = "{SIGNING_SECRET}"\n'
+        f'http_host = "127.0.0.1"\nhttp_port = 0\napi_url = "{emulator.api_url}"\n'
+        '[slack.allow]\nusers = ["U_ALLOWED"]\nchannels = ["C_ALLOWED"]\n').slack
+    engine = default.engine("tiny-vllm").model_copy(update={"port": unused_tcp_port, "host": "loopback"})
+    config = default.model_copy(update={
+        "hosts": {**default.hosts, "loopback": sshd.host_config(workdir=str(tmp_path / "remote"))},
+        "engines": {"tiny-vllm": engine}, "slack": slack,
+        "compare": default.compare.model_copy(update={"cooldown_s": 1})})
+    bot = SlackBot(config, storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
+    await bot.start()
+    try:
+        response, seconds = await post_command(bot.port, form("compare broken-draft --modes eagle3",
+                                                              response_url=emulator.response_url()))
+        assert response.status_code == 200 and seconds < 3.0
+        job = await wait_for(lambda: next((j for j in storage.list_jobs(bot.db, ("done", "failed"))), None),
+                             2000, interval=2, what="the compare job on vLLM over SSH")
+        assert job.status == "done", job.reason
+        await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 60, what="the chart upload")
+        stored = check_verdict_thread(bot, emulator, job, "loopback", ("eagle3",))
+    finally:
+        await bot.stop()
+    (verdict,) = stored.verdicts
+    assert verdict.verdict == core.REGRESSION and verdict.attribution == "acceptance length", verdict
+    by_role = {role: [t for t in stored.trials if stored.arms[t.arm_id].role == role] for role in ("base", "head")}
+    assert all(t.acceptance_length == pytest.approx(4.0) for t in by_role["base"])
+    assert all(t.acceptance_length == pytest.approx(1.0) for t in by_role["head"])
+    # everything ran on the host: logs there; the client counted what the engine generated
+    assert all(t.log_path.startswith(str(tmp_path / "remote/logs/")) for t in stored.trials)
+    assert all(t.output_tokens == 16 * 128 for t in stored.trials)
+    assert stored.run.settings["client"] == "here, through an SSH tunnel"
+    assert any(s.phase == "arm-head" and s.data["system"]["hostname"] for s in stored.snapshots)
