@@ -1,5 +1,6 @@
 """The bot's job queue: jobs live in the database (storage), one worker per host takes them
-in order, one at a time per host, and runs each as a compare.
+in order, one at a time per host, under the host's lock (the CLI's too), and runs each as a
+compare or a bisect (``Job.kind``).
 
 A :class:`Notifier` (the Slack front end) hears about each job's start, progress and end.
 ``cancel`` of a running job cancels its task: core.compare stops the engine's process group
@@ -28,7 +29,8 @@ class Notifier:
 
     async def job_started(self, job: storage.Job, run_id: int) -> None: ...
     def progress(self, job: storage.Job, message: str) -> None: ...
-    async def job_finished(self, job: storage.Job, run_id: int | None, result: core.CompareResult | None,
+    async def job_finished(self, job: storage.Job, run_id: int | None,
+                           result: core.CompareResult | core.BisectResult | None,
                            error: str | None) -> None: ...
     async def job_cancelled(self, job: storage.Job, reason: str) -> None: ...
     async def job_reconciled(self, job: storage.Job, status: str, reason: str) -> None: ...
@@ -54,6 +56,27 @@ class _JobStore(storage.RunStore):
     def verdicts_updated(self, verdicts) -> None:
         super().verdicts_updated(verdicts)
         self.notifier.progress(self.job, "so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()))
+
+
+class _JobBisectStore(storage.BisectStore):
+    """Records a bisect job's run (and each step's compare run) and passes its progress on."""
+
+    def __init__(self, db, request: core.BisectRequest, job: storage.Job, notifier: Notifier,
+                 started: asyncio.Event) -> None:
+        super().__init__(db, request, compare_store=lambda engine: _JobStore(engine, job, notifier))
+        self.job, self.notifier, self.started_event = job, notifier, started
+
+    def started(self, good_sha, bad_sha, commits) -> None:
+        super().started(good_sha, bad_sha, commits)
+        self.started_event.set()
+
+    def progress(self, message: str) -> None:
+        self.notifier.progress(self.job, message)
+
+    def step_finished(self, step: core.BisectStep) -> None:
+        super().step_finished(step)
+        self.notifier.progress(self.job, f"step {step.number} ({step.kind}) {step.head_sha[:12]}: "
+                                         f"{step.evidence()} -> {step.outcome}")
 
 
 def compare_request(config: core.Config, job: storage.Job, host: core.Host) -> core.CompareRequest:
@@ -174,6 +197,30 @@ class JobQueue:
         for host in self._hosts.values():
             await host.close()
 
+    async def _bisect(self, job: storage.Job, host: core.Host):
+        """Run a bisect job: (job, its bisect run id, the :class:`core.BisectResult`)."""
+        engine = self.config.engine(job.engine_name)
+        request = core.BisectRequest(
+            engine_name=job.engine_name, engine=engine, workload_name=job.workload_name,
+            workload=self.config.workload(job.workload_name), good_ref=job.args["good_ref"], bad_ref=job.args["bad_ref"],
+            mode=job.args["mode"], settings=self.config.compare, host=host,
+            triage_rules=self.config.triage.rules_for(job.engine_name, engine.kind))
+        started = asyncio.Event()
+        store = _JobBisectStore(self.db, request, job, self.notifier, started)
+        bisect = asyncio.create_task(core.bisect(request, store))
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait([bisect, waiter], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if store.run_id is not None:
+            job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=store.run_id)
+            await self.notifier.job_started(job, store.run_id)
+        try:
+            return job, store.run_id, await bisect
+        except asyncio.CancelledError:
+            bisect.cancel()
+            await asyncio.gather(bisect, return_exceptions=True)
+            raise
+
     async def _worker(self, host: str) -> None:
         wake = self._wake[host]
         while True:
@@ -191,15 +238,18 @@ class JobQueue:
         run_id = None
         try:
             host = self.host(job.host)
-            request = compare_request(self.config, job, host)
-            shas = (job.args["base_sha"], job.args["head_sha"])
             # the same lock as the CLI's: a terminal compare on this host makes the job wait
             async with host.lock(owner(f"bot job {job.id}"), on_wait=lambda message: self.notifier.progress(job, message)):
-                store = _JobStore(self.db, job, self.notifier)
-                run_id = await asyncio.to_thread(store.create, request, *shas)
-                job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
-                await self.notifier.job_started(job, run_id)
-                result = await core.compare(request, store, shas=shas)
+                if job.kind == "bisect":
+                    job, run_id, result = await self._bisect(job, host)
+                else:
+                    request = compare_request(self.config, job, host)
+                    shas = (job.args["base_sha"], job.args["head_sha"])
+                    store = _JobStore(self.db, job, self.notifier)
+                    run_id = await asyncio.to_thread(store.create, request, *shas)
+                    job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
+                    await self.notifier.job_started(job, run_id)
+                    result = await core.compare(request, store, shas=shas)
         except asyncio.CancelledError:
             reason = self._cancelled.pop(job.id, None)
             if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted
@@ -216,8 +266,9 @@ class JobQueue:
             await asyncio.to_thread(storage.update_job, self.db, job.id, status="failed", reason=message)
             await self.notifier.job_finished(job, run_id, None, message)
             return
-        status = "done" if result.status == "done" else "failed"
+        status = "failed" if result.status == "failed" else "done"
         # a re-queued job keeps why it was interrupted unless the run itself has a reason
-        kept = {"reason": result.reason} if result.reason else {}
+        reason = result.message if isinstance(result, core.BisectResult) else result.reason
+        kept = {"reason": reason} if reason else {}
         await asyncio.to_thread(storage.update_job, self.db, job.id, status=status, **kept)
         await self.notifier.job_finished(job, run_id, result, None)

@@ -39,7 +39,12 @@ import storage
 from bot._common import data_dir, fmt, pick
 from bot._jobs import JobQueue, Notifier, compare_request
 from bot._runs import stored_report
-from bot._slack_blocks import failure_blocks, summary_line, verdict_blocks
+from bot._slack_blocks import (
+    bisect_blocks,
+    failure_blocks,
+    summary_line,
+    verdict_blocks,
+)
 from bot._slack_commands import HELP, Command, UsageError, parse
 
 log = logging.getLogger("specperf.bot")
@@ -210,6 +215,12 @@ class SlackNotifier(Notifier):
         thread = await self._thread(job)
         self.parent_ready.pop(job.id, None)
         label = f"job {job.id}" + (f", run {run_id}" if run_id else "")
+        if isinstance(result, core.BisectResult):
+            report = result.to_dict()
+            blocks, text = bisect_blocks(label, report)
+            await self._final_progress(job.id, f"finished: bisect {report['status']}")
+            await self._reply(thread, blocks=blocks, text=text)
+            return
         if result is None or result.status != "done":
             reason = error or (result.reason if result else "unknown")
             await self._final_progress(job.id, "FAILED")
@@ -361,14 +372,17 @@ class SlackBot:
             UsageError: an unknown engine or host.
         """
         host = engine = None
-        if cmd.name == "compare":
+        if cmd.name in ("compare", "bisect"):
             try:
                 engine = pick(self.config.engines, cmd.engine, "engine")
                 spec = self.config.engine(engine)
             except core.ConfigError as exc:
                 raise UsageError(str(exc)) from None
             host = cmd.host or spec.host
-            modes = cmd.modes or [m for m in self.config.compare.modes if m in spec.modes]
+            if cmd.name == "bisect":
+                cmd.options["mode"] = cmd.mode or ("baseline" if "baseline" in spec.modes else next(iter(spec.modes)))
+            modes = [cmd.mode] if cmd.name == "bisect" else \
+                cmd.modes or [m for m in self.config.compare.modes if m in spec.modes]
             missing = [m for m in modes if m not in spec.modes]
             if missing or not modes:
                 raise UsageError(f"engine {engine!r} has no mode {', '.join(missing) or '(none chosen)'} "
@@ -436,18 +450,45 @@ class SlackBot:
             except Exception as exc:  # the ack went out; a lost ephemeral line is logged
                 log.warning("ephemeral reply failed: %s", exc)
 
-    async def _cmd_compare(self, cmd, who, body, host, engine):
+    def _job(self, kind: str, who, body, host: str, engine: str, args: dict) -> storage.Job:
         workload = pick(self.config.workloads, None, "workload", default="default")
-        job = storage.Job(host=host, engine_name=engine, workload_name=workload, user_id=who[0], channel_id=who[1],
-                          team_id=who[2], dedupe_key=f"{who[2]}:{body['trigger_id']}" if body.get("trigger_id") else None,
-                          args={"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds},
-                          slack={"channel": who[1], "response_url": body.get("response_url")})
+        return storage.Job(kind=kind, host=host, engine_name=engine, workload_name=workload, user_id=who[0],
+                           channel_id=who[1], team_id=who[2],
+                           dedupe_key=f"{who[2]}:{body['trigger_id']}" if body.get("trigger_id") else None,
+                           args=args, slack={"channel": who[1], "response_url": body.get("response_url")})
+
+    async def _cmd_compare(self, cmd, who, body, host, engine):
+        job = self._job("compare", who, body, host, engine,
+                        {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds})
         request = compare_request(self.config, job, self.queue.host(host))
         try:
             base_sha, head_sha = await core.resolve_refs(request)
         except core.GitError as exc:
             return f"usage error: {exc}", f"usage error: {exc}", None
         job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
+        base = cmd.base or f"{cmd.commit}^"
+        return await self._queue(job, who, body, f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` "
+                                 f"({base_sha[:10]}) on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}")
+
+    async def _cmd_bisect(self, cmd, who, body, host, engine):
+        job = self._job("bisect", who, body, host, engine, {"good_ref": cmd.good, "bad_ref": cmd.bad, "mode": cmd.mode})
+        target = self.queue.host(host)
+        repo = self.config.engine(engine).repo
+        try:
+            if not repo:
+                raise core.GitError(f"engine {engine!r} has no repo")
+            good = await core.resolve_commit(target, repo, cmd.good)
+            bad = await core.resolve_commit(target, repo, cmd.bad)
+            commits = await core.first_parent_range(target, repo, good, bad)
+        except core.GitError as exc:
+            return f"usage error: {exc}", f"usage error: {exc}", None
+        return await self._queue(job, who, body, f"<@{who[0]}> bisect `{cmd.good}` ({good[:10]}) .. `{cmd.bad}` "
+                                 f"({bad[:10]}), {len(commits)} commits, mode {cmd.mode}, on host `{host}`, engine "
+                                 f"`{engine}`")
+
+    async def _queue(self, job: storage.Job, who, body, text: str):
+        """Queue ``job`` and post its parent message (``text`` plus the job and its place)."""
+        host = job.host
         async with self._io_slots:
             queued = await self.queue.submit(job, wake=False)
         if queued is None:
@@ -455,10 +496,7 @@ class SlackBot:
         ready = self.notifier.parent_ready[queued.id] = asyncio.Event()
         try:
             ahead = sum(1 for j in await self._io(storage.list_jobs, self.db, host=host) if j.id < queued.id)
-            base = cmd.base or f"{cmd.commit}^"
-            text = (f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` ({base_sha[:10]}) on host "
-                    f"`{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}: job {queued.id}, "
-                    + (f"{ahead} job(s) ahead" if ahead else "next to run"))
+            text += f": job {queued.id}, " + (f"{ahead} job(s) ahead" if ahead else "next to run")
             sent = await self.notifier.post(who[1], text=text)
             if sent is not None:
                 await self._io(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})

@@ -17,6 +17,7 @@ import core
 
 HELP = """*specperf* measures whether a commit moved LLM serving throughput.
 `/specperf compare <commit> [--base REF] [--host H] [--engine E] [--modes baseline,eagle3] [--rounds N]` queue a compare
+`/specperf bisect <good> <bad> [--mode M] [--host H] [--engine E]` find the commit of a regression (or say there is none)
 `/specperf status [job]` a job's state (default: the running ones)
 `/specperf queue` the queued and running jobs per host
 `/specperf cancel <job>` cancel a queued job, or stop a running one (its engine is stopped)
@@ -24,7 +25,7 @@ HELP = """*specperf* measures whether a commit moved LLM serving throughput.
 `/specperf env [host]` probe a host's environment and run the checks
 `/specperf help` this text"""
 
-SUBCOMMANDS = ("compare", "status", "queue", "cancel", "history", "env", "help")
+SUBCOMMANDS = ("compare", "bisect", "status", "queue", "cancel", "history", "env", "help")
 
 
 class UsageError(Exception):
@@ -87,6 +88,12 @@ def _build() -> _Parser:
     c.add_argument("--engine", type=_name)
     c.add_argument("--modes", type=_modes)
     c.add_argument("--rounds", type=_positive, help="exactly N ABBA rounds (2N launches per arm and mode)")
+    b = sub.add_parser("bisect")
+    b.add_argument("good", type=_ref)
+    b.add_argument("bad", type=_ref)
+    b.add_argument("--mode", type=_name)
+    b.add_argument("--host", type=_name)
+    b.add_argument("--engine", type=_name)
     s = sub.add_parser("status")
     s.add_argument("job", type=_job_id, nargs="?")
     sub.add_parser("queue")

@@ -16,7 +16,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
-    GitError, check_ref_text, BuildError, first_parent_order
+    GitError, check_ref_text, BuildError, first_parent_order, first_parent_range, resolve_commit
     Series, SeriesPoint, env_changes, analyze_series, detect_change_points, SeriesAnalysis, ChangePoint,
     Drift, unpaired_shift, Shift, build_summary, render_trend_chart
     Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
@@ -84,7 +84,13 @@ from core._fingerprint import (
     flatten_snapshot,
     load_snapshot,
 )
-from core._git import GitError, check_ref_text, first_parent_order
+from core._git import (
+    GitError,
+    check_ref_text,
+    first_parent_order,
+    first_parent_range,
+    resolve_commit,
+)
 from core._host import CommandResult, EngineHandle, Host, LocalHost, SshHost, open_host
 from core._hygiene import Holder, clean_gpus, gpu_holders
 from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
@@ -131,7 +137,7 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
-    "GitError", "check_ref_text", "BuildError", "first_parent_order",
+    "GitError", "check_ref_text", "BuildError", "first_parent_order", "first_parent_range", "resolve_commit",
     "Series", "SeriesPoint", "env_changes", "analyze_series", "detect_change_points", "SeriesAnalysis",
     "ChangePoint", "Drift", "unpaired_shift", "Shift", "build_summary", "render_trend_chart",
     "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",

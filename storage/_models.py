@@ -118,7 +118,7 @@ class VerdictRow(SQLModel, table=True):
 
 
 class Job(SQLModel, table=True):
-    """A queued piece of work for one host (for now a compare), from the Slack bot.
+    """A queued piece of work for one host, from the Slack bot: ``kind`` compare or bisect.
 
     ``status``: queued, running, done, failed, cancelled, interrupted. ``args`` holds the
     request (``head_ref``, ``base_ref``, ``base_sha``, ``head_sha``, ``modes``, ``rounds``);

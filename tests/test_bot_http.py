@@ -5,6 +5,7 @@ chart upload), signatures, authorisation, usage errors, redelivery, cancel."""
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.bot_support import (
     write_config,
 )
 from tests.conftest import group_members
-from tests.fake_engine_repo import make_repo
+from tests.fake_engine_repo import linear_history, make_repo
 from tests.slack_emulator import SlackEmulator, signed_headers
 
 
@@ -272,3 +273,36 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
     assert len(job[0].args["head_sha"]) == 40
     await wait_for(lambda: storage.list_commands(bot.db), 20, what="the slow audit row")
     await bot.queue.cancel(job[0].id, "test over")
+
+
+async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emulator, unused_tcp_port, monkeypatch):
+    monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
+    shas = make_repo(tmp_path / "history", linear_history(n=4, slow=3))
+    config = core.load_config(write_config(tmp_path, tmp_path / "history", unused_tcp_port, emulator.api_url, trials=4))
+    bot = SlackBot(config, storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
+    await bot.start()
+    try:
+        response, _ = await post_command(bot.port, form("bisect good c4 --mode baseline",
+                                                        response_url=emulator.response_url()))
+        assert response.status_code == 200
+        job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None),
+                             300, what="the bisect job")
+        await wait_for(lambda: [p for p in emulator.recorded("chat.postMessage") if p.body.get("blocks")], 30,
+                       what="the bisect reply")
+    finally:
+        await bot.stop()
+    assert job.status == "done" and job.kind == "bisect", job.reason
+    stored = storage.load_run(bot.db, job.run_id)
+    record = stored.run.settings["bisect"]
+    assert stored.run.kind == "bisect" and record["culprit"] == shas["c3"]
+    assert len(record["steps"]) <= math.ceil(math.log2(4)) + 2
+    parent = emulator.recorded("chat.postMessage")[0]
+    assert f"job {job.id}" in parent.body["text"] and "4 commits" in parent.body["text"]
+    reply = next(p for p in emulator.recorded("chat.postMessage")[1:] if p.body.get("blocks"))
+    assert reply.body["thread_ts"] == job.slack["thread_ts"]
+    assert reply.body["text"].startswith(f"job {job.id}, run {job.run_id} bisect FOUND")
+    steps = next(b["text"]["text"] for b in reply.body["blocks"] if b.get("text", {}).get("text", "").startswith("*steps*"))
+    assert steps.count("\n") == len(record["steps"]) and shas["c3"][:12] in steps
+    edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == job.slack["progress_ts"]]
+    assert any("step 2 (probe)" in e.body["text"] for e in edits)  # progress in the thread, step by step
+    assert "finished: bisect found" in edits[-1].body["text"]
