@@ -14,7 +14,7 @@ import core
 import storage
 from bot._cmd_compare import _ConsoleStore, _settings, reconcile
 from bot._cmd_triage import engine_and_rules
-from bot._common import database, load, open_host, owner, pick, pin_client
+from bot._common import database, host_args, load, open_host, owner, pick, pin_client
 from bot._report_view import print_bisect
 
 
@@ -31,10 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
     b.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     b.add_argument("--json", help="also write the bisect report as JSON here")
-    b.add_argument("--host", help="host to run on (default: the engine's host from the config)")
-    b.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
-    b.add_argument("--force-clean", action="store_true",
-                   help="stop foreign processes holding the host's GPUs instead of refusing to run")
+    host_args(b)
     b.set_defaults(run=run_bisect)
 
 

@@ -14,7 +14,16 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, load, open_host, owner, pick, pin_client
+from bot._common import (
+    data_dir,
+    database,
+    host_args,
+    load,
+    open_host,
+    owner,
+    pick,
+    pin_client,
+)
 from bot._report_view import print_bisect, print_report
 from bot._runs import reconcile_runs, stored_report
 
@@ -30,10 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--min-trials", type=int, help="launches per arm and mode before a verdict")
     c.add_argument("--max-trials", type=int, help="launches per arm and mode at most")
     c.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
-    c.add_argument("--host", help="host to run on (default: the engine's host from the config)")
-    c.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
-    c.add_argument("--force-clean", action="store_true",
-                   help="stop foreign processes holding the host's GPUs instead of refusing to run")
+    host_args(c)
     _output_args(c)
     c.set_defaults(run=run_compare)
 

@@ -18,7 +18,16 @@ from rich.progress import (
 from rich.table import Table
 
 import core
-from bot._common import data_dir, fmt, load, open_host, owner, pick, pin_client
+from bot._common import (
+    data_dir,
+    fmt,
+    host_args,
+    load,
+    open_host,
+    owner,
+    pick,
+    pin_client,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,10 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--mode", default="baseline", help="mode name from the engine's modes (default: baseline)")
     m.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
     m.add_argument("--json", help="where to write the JSON result (default: the data directory)")
-    m.add_argument("--host", help="host to run the engine on (default: the engine's host from the config)")
-    m.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
-    m.add_argument("--force-clean", action="store_true",
-                   help="stop foreign processes holding the host's GPUs instead of refusing to run")
+    host_args(m)
     m.set_defaults(run=run)
 
 

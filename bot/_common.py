@@ -80,6 +80,15 @@ def open_host(config: core.Config, name: str) -> core.Host:
     return core.open_host(name, config.hosts[name], data_dir() / "work")
 
 
+def host_args(parser) -> None:
+    """``--host``, ``--no-wait`` and ``--force-clean``: where an experiment runs and how it treats
+    a busy host (its lock) and foreign GPU processes (core._hygiene)."""
+    parser.add_argument("--host", help="host to run on (default: the engine's host from the config)")
+    parser.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
+    parser.add_argument("--force-clean", action="store_true",
+                        help="stop foreign processes holding the host's GPUs instead of refusing to run")
+
+
 def owner(command: str) -> dict:
     """Who holds a host lock: this process, for a waiter's message."""
     try:
@@ -97,3 +106,16 @@ def database(config: core.Config, url: str | None = None):
         storage.StorageError: it cannot be opened.
     """
     return storage.open_database(url or config.storage.url or storage.default_url(data_dir()))
+
+
+def speedup_text(sides: dict) -> str:
+    """EAGLE-3's speedup over baseline on each side and its change, one line (``""`` if none):
+    ``sides`` is one entry of :func:`core.summarize`'s ``speedups``."""
+    parts = []
+    for role, label in (("base", "base"), ("head", "commit")):
+        if s := sides[role]:
+            parts.append(f"{label} {s['ratio']:.2f}x ({s['ci_low']:.2f}..{s['ci_high']:.2f})")
+    if change := sides["change"]:
+        moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
+        parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
+    return "; ".join(parts)

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bot._common import fmt
+from bot._common import fmt, speedup_text
 
 _STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "NO CHANGE": "green", "INCONCLUSIVE": "yellow"}
 
@@ -50,17 +50,8 @@ def print_report(console: Console, report: dict, title: str) -> None:
     for seq, lines in (environment.get("drift") or {}).items():
         console.print(f"  launch {seq} saw the environment drift (kept): " + "; ".join(lines), markup=False, highlight=False)
     for mode, sides in report["speedups"].items():
-        parts = []
-        for role, label in (("base", "base"), ("head", "commit")):
-            s = sides[role]
-            if s:
-                parts.append(f"{label} {s['ratio']:.2f}x ({s['ci_low']:.2f}..{s['ci_high']:.2f})")
-        change = sides["change"]
-        if change:
-            moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
-            parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
-        if parts:
-            console.print(f"  {mode} speedup over baseline: " + "; ".join(parts), markup=False, highlight=False)
+        if parts := speedup_text(sides):
+            console.print(f"  {mode} speedup over baseline: {parts}", markup=False, highlight=False)
 
 
 def print_bisect(console: Console, report: dict) -> None:

@@ -9,7 +9,7 @@ Limits kept: a header's text at most 150 characters, a section's text at most 30
 from __future__ import annotations
 
 import storage
-from bot._common import fmt
+from bot._common import fmt, speedup_text
 
 _EMOJI = {"REGRESSION": ":red_circle:", "IMPROVEMENT": ":large_green_circle:", "NO CHANGE": ":white_circle:",
           "INCONCLUSIVE": ":large_yellow_circle:"}
@@ -74,17 +74,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
             blocks.append({"type": "context", "elements": [
                 {"type": "mrkdwn", "text": f"{v['n_pairs']} pairs: {v['reason']}{more}"[:3000]}]})
     for mode, sides in report["speedups"].items():
-        parts = []
-        for role, label in (("base", "base"), ("head", "commit")):
-            s = sides[role]
-            if s:
-                parts.append(f"{label} {s['ratio']:.2f}x ({s['ci_low']:.2f}..{s['ci_high']:.2f})")
-        change = sides["change"]
-        if change:
-            moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
-            parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
-        if parts:
-            blocks.append(_text(f"*{mode} speedup over baseline*: " + "; ".join(parts)))
+        if parts := speedup_text(sides):
+            blocks.append(_text(f"*{mode} speedup over baseline*: {parts}"))
     launches = max((e["base"]["trials"] for e in report["modes"].values()), default=0)
     context = (f"host `{run.host}` | engine `{run.engine_name}` | commit `{run.head_sha[:12]}` ({run.head_ref}) | "
                f"base `{run.base_sha[:12]}` ({run.base_ref}) | {launches} launches per arm and mode | run {run.id}")

@@ -138,3 +138,42 @@ def sshd() -> Iterator:
     server = SshServer()
     yield server
     server.close()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """The fast fake engine's repository (tests/fake_engine_repo.py): (path, {tag: SHA})."""
+    from tests.fake_engine_repo import make_repo
+
+    path = tmp_path / "engine-repo"
+    return path, make_repo(path)
+
+
+@pytest.fixture
+async def emulator():
+    """The local Slack emulator (tests/slack_emulator.py), started and closed around a test."""
+    from tests.slack_emulator import SlackEmulator
+
+    emu = SlackEmulator()
+    await emu.start()
+    yield emu
+    await emu.close()
+
+
+def first_trial_pgid(db_url: str, timeout_s: float = 30.0) -> int:
+    """The pgid of the first trial a running specperf recorded in ``db_url`` (polled)."""
+    import time
+
+    from sqlmodel import Session, select
+
+    import storage
+
+    db = storage.open_database(db_url)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with Session(db) as session:
+            trial = session.exec(select(storage.Trial)).first()
+        if trial and trial.pgid:
+            return trial.pgid
+        time.sleep(0.1)
+    raise AssertionError(f"no trial was launched within {timeout_s:g} s")

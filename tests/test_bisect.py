@@ -13,12 +13,11 @@ import sys
 import time
 
 import pytest
-from sqlmodel import Session, select
 
 import core
 import storage
 from core._bisect import Search
-from tests.conftest import ROOT, SPECPERF, group_members, local_host
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 from tests.test_compare import long_running_config
 
@@ -164,15 +163,7 @@ def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unus
                             cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     db = storage.open_database(url)
-    pgid = None
-    for _ in range(300):
-        with Session(db) as session:
-            trial = session.exec(select(storage.Trial)).first()
-            pgid = trial.pgid if trial else None
-        if pgid:
-            break
-        time.sleep(0.1)
-    assert pgid, "no trial was launched"
+    pgid = first_trial_pgid(url)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -21,21 +21,7 @@ from tests.bot_support import (
 )
 from tests.conftest import group_members
 from tests.fake_engine_repo import linear_history, make_repo
-from tests.slack_emulator import SlackEmulator, signed_headers
-
-
-@pytest.fixture
-async def emulator():
-    emu = SlackEmulator()
-    await emu.start()
-    yield emu
-    await emu.close()
-
-
-@pytest.fixture
-def repo(tmp_path):
-    path = tmp_path / "engine-repo"
-    return path, make_repo(path)
+from tests.slack_emulator import signed_headers
 
 
 @pytest.fixture

@@ -11,22 +11,7 @@ import core
 import storage
 from bot._slack_app import SlackBot, SlackNotifier, web_client
 from tests.bot_support import wait_for, write_config
-from tests.fake_engine_repo import make_repo
-from tests.slack_emulator import SlackEmulator, slash_body
-
-
-@pytest.fixture
-async def emulator():
-    emu = SlackEmulator()
-    await emu.start()
-    yield emu
-    await emu.close()
-
-
-@pytest.fixture
-def repo(tmp_path):
-    path = tmp_path / "engine-repo"
-    return path, make_repo(path)
+from tests.slack_emulator import slash_body
 
 
 async def _bot(tmp_path, repo, emulator, port, monkeypatch, **kwargs) -> SlackBot:

@@ -17,17 +17,9 @@ import storage
 from bot._common import load
 from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for
-from tests.slack_emulator import SIGNING_SECRET, SlackEmulator
+from tests.slack_emulator import SIGNING_SECRET
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
-
-
-@pytest.fixture
-async def emulator():
-    emu = SlackEmulator()
-    await emu.start()
-    yield emu
-    await emu.close()
 
 
 async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, sshd, emulator, tmp_path,

@@ -16,17 +16,11 @@ from sqlmodel import Session, select
 
 import core
 import storage
-from tests.conftest import ROOT, SPECPERF, group_members, local_host
-from tests.fake_engine_repo import fake_engine, make_repo
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
+from tests.fake_engine_repo import fake_engine
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
 SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0)
-
-
-@pytest.fixture
-def repo(tmp_path):
-    path = tmp_path / "engine-repo"
-    return path, make_repo(path)
 
 
 def request_for(repo_path: Path, port: int, head: str, base: str | None, workdir: Path,
@@ -171,15 +165,7 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
                             cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     db = storage.open_database(url)
-    pgid = None
-    for _ in range(200):
-        with Session(db) as session:
-            trial = session.exec(select(storage.Trial)).first()
-            if trial is not None and trial.pgid:
-                pgid = trial.pgid
-                break
-        time.sleep(0.1)
-    assert pgid, "no trial was launched"
+    pgid = first_trial_pgid(url)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
@@ -226,14 +212,7 @@ def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unu
     cli = [*SPECPERF, "--config", str(config), "compare", "slow", "--db", url]
     proc = subprocess.Popen(cli, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = storage.open_database(url)
-    pgid = None
-    for _ in range(200):
-        with Session(db) as session:
-            trial = session.exec(select(storage.Trial)).first()
-            pgid = trial.pgid if trial else None
-        if pgid:
-            break
-        time.sleep(0.1)
+    pgid = first_trial_pgid(url)
     time.sleep(1.0)
     proc.kill()  # no cleanup can run: the engine is orphaned and the run says "running"
     proc.wait()
