@@ -4,7 +4,9 @@ Reads ``[slack]`` from the config (tokens usually from the environment), opens t
 database, reconciles what a crashed bot left, starts one worker per host and connects:
 Socket Mode by default, or an HTTP endpoint at ``/slack/events`` (``--mode http``). Prints
 one line when ready: ``listening on http://HOST:PORT/slack/events`` or ``connected (Socket
-Mode)``. Tokens and secrets are never printed or logged.
+Mode)``, then one about the scheduler (``scheduler: running N schedule(s): ...``, or why it
+is not running here: none configured, or another bot process holds its lock). Tokens and
+secrets are never printed or logged.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"listening on http://{config.slack.http_host}:{bot.port}/slack/events", markup=False)
     else:
         console.print("connected (Socket Mode)", markup=False)
+    console.print(f"scheduler: {bot.schedules.status}", markup=False)
     # SIGTERM and Ctrl-C set an event rather than raise KeyboardInterrupt wherever the loop happens
     # to be: raised inside a transport callback, uvloop logs it as a transport error and goes on.
     stopping = asyncio.Event()
