@@ -39,8 +39,8 @@ import core
 import storage
 from bot._common import data_dir, fmt, pick
 from bot._jobs import JobQueue, Notifier, compare_request
-from bot._scheduler import BotScheduler
 from bot._runs import stored_report
+from bot._scheduler import BotScheduler
 from bot._slack_blocks import failure_blocks, summary_line, verdict_blocks
 from bot._slack_commands import HELP, Command, UsageError, parse
 

@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 
 import pytest
 from sqlmodel import Session, select
@@ -82,13 +81,24 @@ def test_cron_expressions_read_as_crontab():
                           '[schedule]\nchannel = "C"\n[[watches]]\nengine = "e"\ncron = "* * * * *"\nmodes = ["eagle3"]\n')
 
 
+def test_the_readme_example_is_a_valid_config():
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("### Schedules and watches")[1].split("```toml")[1].split("```")[0]
+    engine = ('[hosts.h200-a]\nssh = "root@gpu-a.example"\n[engines.sglang-k2]\nkind = "sglang"\nhost = "h200-a"\n'
+              'repo = "/data/sglang"\nmodel = "/models/k2"\n[engines.sglang-k2.modes]\nbaseline = []\neagle3 = []\n')
+    config = core.parse_config(engine + example)
+    assert (config.schedule.since_days, config.watches[0].name, config.watches[0].host) == (7, "sglang-main", "h200-a")
+    assert str(cron_trigger(config.schedule.summary_cron, config.schedule.timezone)) == \
+        "cron[month='*', day='*', day_of_week='mon', hour='9', minute='0', second='0']"
+
+
 async def test_a_watch_tick_queues_one_compare_when_the_head_moved_and_nothing_otherwise(tmp_path, emulator,
                                                                                         monkeypatch):
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     upstream = tmp_path / "upstream"
     shas = make_repo(upstream)
     clone = tmp_path / "engine-repo"  # the engine's checkout has a remote: the tick fetches
-    subprocess.run(["git", "clone", "-q", str(upstream), str(clone)], check=True)
+    await asyncio.to_thread(subprocess.run, ["git", "clone", "-q", str(upstream), str(clone)], check=True)
     config = _config(tmp_path, clone, emulator.api_url, _watch("0 3 * * *"))
     db = storage.open_database(f"sqlite:///{tmp_path}/bot.db")
     notifier = SlackNotifier(web_client(config.slack), config.slack, db)
