@@ -159,21 +159,42 @@ async def test_the_scheduler_fires_ticks_and_a_tick_without_news_queues_nothing(
         await scheduler.stop()
 
 
-async def test_ticks_missed_while_the_bot_was_down_run_once_after_restart(tmp_path, monkeypatch):
+async def _went_down_at(config, db, when: dt.datetime) -> None:
+    """A bot that started its scheduler and went down with its watch job due at ``when``."""
+    before = BotScheduler(config, db, JobQueue(config, db, None))
+    assert await before.start()
+    before.scheduler.pause()  # nothing runs in this one
+    before.scheduler.modify_job(watch_id("nightly"), next_run_time=when)
+    await before.stop()
+
+
+async def test_ticks_missed_while_the_bot_was_down_run_once_after_restart(tmp_path, monkeypatch, db_url):
+    """On SQLite and PostgreSQL (the job store lives in the run database)."""
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     repo = tmp_path / "engine-repo"
     make_repo(repo)
+    db = storage.open_database(db_url)
+    with db.begin() as conn:  # the PostgreSQL database is shared by the session's tests
+        conn.exec_driver_sql("delete from schedule_log")
+        conn.exec_driver_sql("delete from jobs")
+        conn.exec_driver_sql("drop table if exists apscheduler_jobs")
     now = dt.datetime.now(UTC)
-    hour = (now - dt.timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    # every minute of the hour ten hours ago: the newest missed tick is over 9 h late, beyond the
+    # 6 h grace: skipped, and the next regular one is tomorrow
+    late = (now - dt.timedelta(hours=10)).replace(minute=0, second=0, microsecond=0)
+    config = _config(tmp_path, repo, "http://127.0.0.1:9/api/", _watch(f"* {late.hour} * * *"))
+    await _went_down_at(config, db, late)
+    skipped = BotScheduler(config, db, JobQueue(config, db, None))
+    assert await skipped.start()
+    await asyncio.sleep(1.5)
+    assert storage.list_ticks(db) == [] and skipped.next_runs()[watch_id("nightly")] > now + dt.timedelta(hours=12)
+    await skipped.stop()
+
     # every minute of the hour two hours ago: 60 ticks were due while the bot was down, the
-    # newest about an hour ago (within the 6 h grace), and the next regular one is tomorrow
+    # newest about an hour ago (within the grace), and the next regular one is tomorrow
+    hour = (now - dt.timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     config = _config(tmp_path, repo, "http://127.0.0.1:9/api/", _watch(f"* {hour.hour} * * *"))
-    db = storage.open_database(f"sqlite:///{tmp_path}/bot.db")
-    before = BotScheduler(config, db, JobQueue(config, db, None))
-    assert await before.start()
-    before.scheduler.pause()  # nothing runs: this bot goes down with its job due at `hour`
-    before.scheduler.modify_job(watch_id("nightly"), next_run_time=hour)
-    await before.stop()
+    await _went_down_at(config, db, hour)
     assert storage.list_ticks(db) == []
 
     after = BotScheduler(config, db, JobQueue(config, db, None))
