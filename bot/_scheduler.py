@@ -131,24 +131,31 @@ class ScheduleContext:
 
 
 _current: ScheduleContext | None = None  # set while this process runs the scheduler
+_ticks: set[asyncio.Task] = set()  # running ticks: stop() waits for them to end
+
+
+async def _in_context(what: str, tick, *args) -> None:
+    if _current is None:
+        log.warning("%s: no scheduler context in this process; tick skipped", what)
+        return
+    task = asyncio.current_task()
+    _ticks.add(task)
+    try:
+        await tick(_current, *args)
+    finally:
+        _ticks.discard(task)
 
 
 async def run_watch(name: str) -> None:
     """The scheduled job of watch ``name`` (what the job store references): :func:`watch_tick`
     in the running bot's context."""
-    if _current is None:
-        log.warning("watch %s: no scheduler context in this process; tick skipped", name)
-        return
-    await watch_tick(_current, name)
+    await _in_context(f"watch {name}", watch_tick, name)
 
 
 async def run_summary() -> None:
     """The scheduled summary (what the job store references): :func:`summary_tick` in the
     running bot's context."""
-    if _current is None:
-        log.warning("summary: no scheduler context in this process; tick skipped")
-        return
-    await summary_tick(_current)
+    await _in_context("summary", summary_tick)
 
 
 async def _record(ctx: ScheduleContext, schedule_id: str, result: str, job_id: int | None = None) -> None:
@@ -335,13 +342,18 @@ class BotScheduler:
         return {job.id: job.next_run_time for job in self.scheduler.get_jobs()}
 
     async def stop(self) -> None:
-        """Stop the scheduler (running ticks are not waited for) and release the lock; a second
-        call does nothing."""
+        """Stop the scheduler, cancel a running tick and wait for it (its git command is stopped),
+        and release the lock; a second call does nothing."""
         global _current
         scheduler, self.scheduler = self.scheduler, None
         if scheduler is not None:
             if scheduler.running:
                 scheduler.shutdown(wait=False)
             await asyncio.sleep(0.05)  # AsyncIOScheduler shuts down through the loop
+            running = list(_ticks)
+            for task in running:  # a tick cut short is harmless: the next one sees the same branch head
+                task.cancel()
+            if running:
+                await asyncio.wait(running, timeout=30)
             _current = None
         self.lock.release()

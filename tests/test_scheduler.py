@@ -359,3 +359,36 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     assert len(post.body["blocks"]) == 1
     await asyncio.sleep(0.3)
     assert emulator.recorded("files.completeUploadExternal") == []
+
+
+async def test_a_watch_job_runs_in_the_bot_and_reports_in_the_watch_channel(tmp_path, emulator, monkeypatch,
+                                                                            unused_tcp_port):
+    from bot._slack_app import SlackBot
+
+    monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
+    repo = tmp_path / "engine-repo"
+    shas = make_repo(repo)
+    _git(repo, "reset", "-q", "--hard", shas["slow"])  # the branch's head: slow, measured against noop
+    path = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url)
+    path.write_text(path.read_text() + _watch("*/2 * * * * *"))
+    bot = SlackBot(core.load_config(path), storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
+    await bot.start()
+    try:
+        assert bot.schedules.status == "running 1 schedule(s): watch:nightly"
+        job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None),
+                             120, what="the watch's job to finish")
+        assert job.status == "done", job.reason
+        assert (job.args["head_sha"], job.args["base_sha"], job.watch) == (shas["slow"], shas["noop"], "nightly")
+        await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
+    finally:
+        await bot.stop()
+    posts = emulator.recorded("chat.postMessage")
+    assert {p.body["channel"] for p in posts} == {"C_WATCH"}
+    assert "thread_ts" not in posts[0].body and "watch `nightly`" in posts[0].body["text"]
+    assert all(p.body["thread_ts"] == job.slack["thread_ts"] for p in posts[1:])
+    verdict = next(p for p in posts if p.body.get("blocks"))
+    assert verdict.body["text"].startswith(f"run {job.run_id}")
+    (upload,) = emulator.recorded("files.completeUploadExternal")
+    assert (upload.body["channel_id"], upload.body["thread_ts"]) == ("C_WATCH", job.slack["thread_ts"])
+    assert len(_jobs(bot.db)) == 1  # later ticks found nothing new
+    assert len(storage.list_ticks(bot.db, watch_id("nightly"))) >= 2
