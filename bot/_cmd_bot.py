@@ -4,7 +4,9 @@ Reads ``[slack]`` from the config (tokens usually from the environment), opens t
 database, reconciles what a crashed bot left, starts one worker per host and connects:
 Socket Mode by default, or an HTTP endpoint at ``/slack/events`` (``--mode http``). Prints
 one line when ready: ``listening on http://HOST:PORT/slack/events`` or ``connected (Socket
-Mode)``. Tokens and secrets are never printed or logged.
+Mode)``, then one about the scheduler (``scheduler: running N schedule(s): ...``, or why it
+is not running here: none configured, or another bot process holds its lock). Tokens and
+secrets are never printed or logged.
 """
 
 from __future__ import annotations
@@ -50,16 +52,18 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     bot = SlackBot(config, database(config, args.db))
     await bot.start()
-    if config.slack.mode == "http":
-        console.print(f"listening on http://{config.slack.http_host}:{bot.port}/slack/events", markup=False)
-    else:
-        console.print("connected (Socket Mode)", markup=False)
     # SIGTERM and Ctrl-C set an event rather than raise KeyboardInterrupt wherever the loop happens
     # to be: raised inside a transport callback, uvloop logs it as a transport error and goes on.
+    # Installed before the ready lines: once they are printed, a SIGTERM is a clean stop.
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, stopping.set)
+    if config.slack.mode == "http":
+        console.print(f"listening on http://{config.slack.http_host}:{bot.port}/slack/events", markup=False)
+    else:
+        console.print("connected (Socket Mode)", markup=False)
+    console.print(f"scheduler: {bot.schedules.status}", markup=False)
     try:
         await stopping.wait()
         console.print("stopping: the running job's engine is stopped and the job queued again", markup=False)

@@ -16,6 +16,7 @@ import logging
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -39,6 +40,7 @@ import storage
 from bot._common import data_dir, fmt, pick
 from bot._jobs import JobQueue, Notifier, compare_request
 from bot._runs import stored_report
+from bot._scheduler import BotScheduler
 from bot._slack_blocks import (
     bisect_blocks,
     failure_blocks,
@@ -107,6 +109,11 @@ class ChannelPacer:
                     await asyncio.sleep(float(exc.response.headers.get("Retry-After", 1)))
                 finally:
                     self._last[channel] = time.monotonic()
+
+
+def _by(job: storage.Job) -> str:
+    """Who queued ``job``: a person (``<@U...>``) or a watch."""
+    return f"watch `{job.watch}`" if job.watch else f"<@{job.user_id}>"
 
 
 @dataclass
@@ -236,13 +243,21 @@ class SlackNotifier(Notifier):
         chart = data_dir() / "charts" / f"run-{run_id}.png"
         await asyncio.to_thread(core.render_chart, trials, chart, title)
         if thread.thread_ts is not None:
-            try:
-                await self.pacer.call(thread.channel, self.client.files_upload_v2, channel=thread.channel,
-                                      thread_ts=thread.thread_ts, file=str(chart), filename=chart.name, title=title)
-            except SlackApiError as exc:
-                log.warning("chart upload failed: %s", exc.response.get("error"))
-            except (OSError, TimeoutError) as exc:
-                log.warning("chart upload failed: %s: %s", exc.__class__.__name__, exc)
+            await self.upload(thread.channel, thread.thread_ts, chart, title)
+
+    async def upload(self, channel: str, thread_ts: str, path: Path, title: str) -> bool:
+        """Upload the file at ``path`` (a chart PNG) to the thread ``thread_ts`` of ``channel``,
+        in the channel's turn; whether it went up (an API error or Slack staying unreachable is
+        logged, not raised)."""
+        try:
+            await self.pacer.call(channel, self.client.files_upload_v2, channel=channel, thread_ts=thread_ts,
+                                  file=str(path), filename=path.name, title=title)
+            return True
+        except SlackApiError as exc:
+            log.warning("upload of %s failed: %s", path.name, exc.response.get("error"))
+        except (OSError, TimeoutError) as exc:
+            log.warning("upload of %s failed: %s: %s", path.name, exc.__class__.__name__, exc)
+        return False
 
     async def _reply(self, thread: _Thread, **kwargs) -> None:
         if thread.thread_ts is None or await self.post(thread.channel, thread_ts=thread.thread_ts, **kwargs) is None:
@@ -258,11 +273,13 @@ class SlackNotifier(Notifier):
 
 
 class SlackBot:
-    """The bot: the AsyncApp and its ``/specperf`` listener, the job queue, and the
-    connection (``[slack].mode``). ``await start()``, then ``await stop()``.
+    """The bot: the AsyncApp and its ``/specperf`` listener, the job queue, the scheduler
+    (``[schedule]``, ``[[watches]]``; ``schedules.status`` says whether this process runs it),
+    and the connection (``[slack].mode``). ``await start()``, then ``await stop()``.
 
     Raises:
-        core.ConfigError: the bot token, or the mode's app token or signing secret, is empty.
+        core.ConfigError: the bot token, or the mode's app token or signing secret, is empty; a
+            cron expression cannot be read.
     """
 
     def __init__(self, config: core.Config, db, command: str = "/specperf") -> None:
@@ -271,6 +288,8 @@ class SlackBot:
         self.client = web_client(self.slack)
         self.notifier = SlackNotifier(self.client, self.slack, db)
         self.queue = JobQueue(config, db, self.notifier)
+        self.schedules = BotScheduler(config, db, self.queue, self.notifier)
+        self.schedules.wanted()  # a cron expression APScheduler cannot read fails here, before any I/O
         http = self.slack.mode == "http"
         self.app = AsyncApp(client=self.client, signing_secret=self.slack.signing_secret.get_secret_value() or None,
                             request_verification_enabled=http, process_before_response=False)
@@ -302,6 +321,7 @@ class SlackBot:
                 middleware.auth_test_result = identity
         log.info("Slack: bot user %s in team %s", identity.get("user_id"), identity.get("team_id"))
         await self.queue.start()
+        await self.schedules.start()  # or not: another bot process runs the schedules (status says so)
         if self.slack.mode == "http":
             server = web.Application()
             server.router.add_post("/slack/events", self._http)
@@ -327,6 +347,7 @@ class SlackBot:
             await socket.close_async()
         for task in list(self._tasks):
             task.cancel()
+        await self.schedules.stop()
         await self.queue.stop()
 
     async def _http(self, request: web.Request) -> web.Response:
@@ -517,7 +538,7 @@ class SlackBot:
         lines = []
         for job in jobs:
             line = (f"job {job.id} ({job.status}): compare `{job.args.get('head_ref')}` on host `{job.host}`, "
-                    f"engine `{job.engine_name}`, by <@{job.user_id}>")
+                    f"engine `{job.engine_name}`, by {_by(job)}")
             if job.run_id:
                 stored = await self._io(storage.load_run, self.db, job.run_id)
                 ok = sum(1 for t in stored.trials if t.status == "ok")
@@ -535,7 +556,7 @@ class SlackBot:
         by_host: dict[str, list[str]] = {}
         for job in jobs:
             by_host.setdefault(job.host, []).append(
-                f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by <@{job.user_id}>")
+                f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {_by(job)}")
         return "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
 
     async def _cmd_cancel(self, cmd, who, body, host, engine):

@@ -16,14 +16,14 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
     run_checks, Check, CheckStatus, worst
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
-    GitError, check_ref_text, BuildError, first_parent_order, first_parent_range, resolve_commit
+    GitError, check_ref_text, BuildError, first_parent_order, first_parent_range, resolve_commit, branch_head
     Series, SeriesPoint, env_changes, analyze_series, detect_change_points, SeriesAnalysis, ChangePoint,
     Drift, unpaired_shift, Shift, build_summary, render_trend_chart
     Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
     bisect, BisectRequest, BisectResult, BisectStep, BisectObserver
     triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
     TriageModelRule, TriageDefault
-    SlackConfig, SlackAllow, AllowList
+    SlackConfig, SlackAllow, AllowList, ScheduleConfig, WatchConfig
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError, HostError, HostBusyError, CommandTimeout
 """
@@ -51,6 +51,7 @@ from core._config import (
     Config,
     EngineConfig,
     HostConfig,
+    ScheduleConfig,
     SlackAllow,
     SlackConfig,
     StorageConfig,
@@ -60,6 +61,7 @@ from core._config import (
     TriageGate,
     TriageModelRule,
     TriageRules,
+    WatchConfig,
     WorkloadConfig,
     load_config,
     parse_config,
@@ -86,6 +88,7 @@ from core._fingerprint import (
 )
 from core._git import (
     GitError,
+    branch_head,
     check_ref_text,
     first_parent_order,
     first_parent_range,
@@ -126,7 +129,8 @@ from core._triage import FileTriage, TriageEntry, TriageReport, triage
 from core._worktree_engine import BuildError
 
 __all__ = [
-    "Config", "EngineConfig", "HostConfig", "SlackConfig", "SlackAllow", "AllowList", "WorkloadConfig", "load_config", "parse_config",
+    "Config", "EngineConfig", "HostConfig", "SlackConfig", "SlackAllow", "AllowList", "ScheduleConfig", "WatchConfig",
+    "WorkloadConfig", "load_config", "parse_config",
     "EngineAdapter", "EngineFigures", "adapter_for",
     "ConfigError", "EngineError", "EngineExitedError", "EngineNotReadyError", "InvalidSampleError",
     "SpecperfError",
@@ -137,7 +141,7 @@ __all__ = [
     "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
-    "GitError", "check_ref_text", "BuildError", "first_parent_order", "first_parent_range", "resolve_commit",
+    "GitError", "check_ref_text", "BuildError", "first_parent_order", "first_parent_range", "resolve_commit", "branch_head",
     "Series", "SeriesPoint", "env_changes", "analyze_series", "detect_change_points", "SeriesAnalysis",
     "ChangePoint", "Drift", "unpaired_shift", "Shift", "build_summary", "render_trend_chart",
     "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",

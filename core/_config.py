@@ -466,6 +466,99 @@ class SlackConfig(_Strict):
         return value if value.endswith("/") else value + "/"
 
 
+_CRON_FIELDS = (5, 6)
+
+
+def _check_cron(value: str) -> str:
+    fields = value.split()
+    if len(fields) not in _CRON_FIELDS:
+        raise ValueError("must be a cron expression of 5 fields (minute hour day month day-of-week, as crontab) "
+                         "or 6 (a leading seconds field)")
+    return " ".join(fields)
+
+
+def _check_zone(value: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not an IANA time zone (for example UTC or Europe/Berlin)") from None
+    return value
+
+
+class ScheduleConfig(_Strict):
+    """``[schedule]``: when the bot posts the regression summary, and the settings its
+    scheduled jobs share.
+
+    ``summary_cron``: a cron expression (5 fields as crontab: minute hour day month
+    day-of-week, or 6 with a leading seconds field), read in ``timezone`` (IANA name); empty
+    means no scheduled summary. ``channel``: the Slack channel ID the summary goes to (and
+    the default channel of ``[[watches]]``). ``period``: ``daily`` (the summary covers the
+    last 24 hours, ``--since 1d``) or ``weekly`` (7 days). ``misfire_grace_s``: a tick missed
+    while the bot was down (or its loop busy) still runs once after restart if it is at most
+    this many seconds late; later ones are skipped until the next regular tick.
+    """
+
+    summary_cron: str = ""
+    timezone: str = "UTC"
+    channel: str = ""
+    period: Literal["daily", "weekly"] = "weekly"
+    misfire_grace_s: float = Field(default=6 * 3600.0, gt=0)
+
+    @field_validator("summary_cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return _check_cron(value) if value.strip() else ""
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        return _check_zone(value)
+
+    @property
+    def since_days(self) -> int:
+        """The summary's period in days: 1 (daily) or 7 (weekly)."""
+        return 1 if self.period == "daily" else 7
+
+
+class WatchConfig(_Strict):
+    """One ``[[watches]]`` entry: on ``cron`` (in ``[schedule].timezone``; 5 or 6 fields as
+    ``summary_cron``), the bot fetches ``branch`` of engine ``engine``'s repo on ``host``
+    (default: the engine's host) and, when its head moved since the last commit this watch
+    queued, queues one compare of the new head against that commit (workload ``workload``,
+    ``modes``: default ``[compare].modes`` that the engine has), below people's commands in
+    the queue. Its messages go to ``channel`` (default ``[schedule].channel``). ``name``
+    (default ``<engine>-<branch>``) identifies the watch: its scheduled job and its jobs."""
+
+    name: str = ""
+    engine: str
+    branch: str = "main"
+    host: str | None = None
+    workload: str = "default"
+    modes: list[str] | None = None
+    cron: str
+    channel: str = ""
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return _check_cron(value)
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        if not value or re.search(r"[\s\\;&|$`'\"<>()*?\[\]~^:]|^-|\.\.|@\{", value):
+            raise ValueError("is not a branch name")
+        return value
+
+    @model_validator(mode="after")
+    def _default_name(self) -> WatchConfig:
+        if not self.name:
+            object.__setattr__(self, "name", f"{self.engine}-{self.branch}")
+        return self
+
+
 class Config(_Strict):
     """The whole configuration file.
 
@@ -481,6 +574,8 @@ class Config(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     triage: TriageConfig = Field(default_factory=TriageConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    watches: list[WatchConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -498,7 +593,36 @@ class Config(_Strict):
             for name in table:
                 if name not in known:
                     raise ValueError(f"slack.allow.{what}.{name}: no such {what[:-1]} is configured")
+        if self.schedule.summary_cron and not self.schedule.channel:
+            raise ValueError("schedule.summary_cron needs schedule.channel (a Slack channel ID)")
+        names = set()
+        for i, watch in enumerate(self.watches):
+            where = f"watches[{i}] ({watch.name})"
+            if watch.name in names:
+                raise ValueError(f"{where}: two watches are named {watch.name!r}; give each its own name")
+            names.add(watch.name)
+            if watch.engine not in self.engines:
+                raise ValueError(f"{where}: engine {watch.engine!r} is not configured "
+                                 f"(known: {', '.join(sorted(self.engines)) or 'none'})")
+            engine = self.engines[watch.engine]
+            if not engine.repo:
+                raise ValueError(f"{where}: engine {watch.engine!r} has no repo to watch")
+            if (watch.host or engine.host) not in hosts:
+                raise ValueError(f"{where}: host {watch.host!r} is not a configured host")
+            if watch.workload not in self.workloads:
+                raise ValueError(f"{where}: workload {watch.workload!r} is not configured")
+            missing = [m for m in (watch.modes or []) if m not in engine.modes]
+            if missing or watch.modes == [] or not self.watch_modes(watch):
+                raise ValueError(f"{where}: engine {watch.engine!r} has no mode {', '.join(missing) or '(none chosen)'}"
+                                 f" (its modes: {', '.join(engine.modes)})")
+            if not (watch.channel or self.schedule.channel):
+                raise ValueError(f"{where}: needs channel, or schedule.channel")
         return self
+
+    def watch_modes(self, watch: WatchConfig) -> list[str]:
+        """The modes ``watch`` measures: its own, else ``[compare].modes`` that its engine has."""
+        engine = self.engines[watch.engine]
+        return list(watch.modes) if watch.modes else [m for m in self.compare.modes if m in engine.modes]
 
     def engine(self, name: str) -> EngineConfig:
         """The engine called ``name``; :class:`ConfigError` naming the known ones if absent."""

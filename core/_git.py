@@ -169,3 +169,27 @@ async def first_parent_order(host: Host, repo: str, ref: str = "HEAD", limit: in
     sha = await resolve_commit(host, repo, ref)
     result = await _git(host, repo, "rev-list", "--first-parent", f"--max-count={int(limit)}", sha)
     return list(reversed(result.stdout.split()))
+
+
+async def branch_head(host: Host, repo: str, branch: str, fetch: bool = True) -> str:
+    """The full SHA of the head of ``branch`` in ``repo`` on ``host``.
+
+    With ``fetch`` and a remote (``origin`` if there is one, else the first ``git remote``
+    lists), ``git fetch <remote> <branch>`` runs first and the remote-tracking head
+    ``<remote>/<branch>`` is read; a repository without a remote has its own ``branch`` read.
+
+    Raises:
+        GitError: ``branch`` is not a ref name, the fetch failed, or the branch names no commit.
+        HostError: the host cannot be reached.
+    """
+    check_ref_text(branch)
+    remotes = (await _git(host, repo, "remote", check=False)).stdout.split()
+    if fetch and remotes:
+        remote = "origin" if "origin" in remotes else remotes[0]
+        result = await _git(host, repo, "fetch", "--quiet", "--no-tags", remote,
+                            f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}", check=False)
+        if result.returncode != 0:
+            raise GitError(f"git fetch {remote} {branch} failed in {repo} on host {host.name}: "
+                           f"{result.stderr.strip()[-300:]}")
+        return await resolve_commit(host, repo, f"refs/remotes/{remote}/{branch}")
+    return await resolve_commit(host, repo, f"refs/heads/{branch}")

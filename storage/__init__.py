@@ -7,7 +7,8 @@ Public names: open_database, default_url, StorageError, RunStore, BisectStore, S
 list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series), and
 the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next,
 cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
-list_commands) with the tables Job and CommandRecord.
+list_commands) with the tables Job and CommandRecord; the scheduler's watch_jobs and its
+log (record_tick, list_ticks, table ScheduleTick).
 """
 
 from storage._db import StorageError, default_url, open_database
@@ -20,12 +21,24 @@ from storage._jobs import (
     job_for_run,
     list_commands,
     list_jobs,
+    list_ticks,
     orphaned_jobs,
     record_command,
+    record_tick,
     requeue_or_fail,
     update_job,
+    watch_jobs,
 )
-from storage._models import Arm, CommandRecord, EnvSnapshot, Job, Run, Trial, VerdictRow
+from storage._models import (
+    Arm,
+    CommandRecord,
+    EnvSnapshot,
+    Job,
+    Run,
+    ScheduleTick,
+    Trial,
+    VerdictRow,
+)
 from storage._store import (
     BisectStore,
     RunStore,
@@ -42,4 +55,5 @@ __all__ = [
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series",
     "enqueue", "claim_next", "get_job", "job_for_run", "update_job", "cancel_queued", "list_jobs",
     "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
+    "ScheduleTick", "watch_jobs", "record_tick", "list_ticks",
 ]

@@ -1,6 +1,7 @@
 """The job queue of the Slack bot, in the database: jobs survive restarts.
 
-A worker takes the oldest queued job of its host with :func:`claim_next`, a compare-and-set
+A worker takes the next queued job of its host with :func:`claim_next` (lowest ``priority``
+first: people's commands 0 before scheduled watches 10; then oldest), a compare-and-set
 ``UPDATE ... WHERE id = ? AND status = 'queued'``: two workers (or two bot processes) racing
 for the same job cannot both win, on SQLite or PostgreSQL. Every change commits at once.
 """
@@ -14,7 +15,7 @@ from sqlalchemy import Engine, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from storage._models import CommandRecord, Job, utcnow
+from storage._models import CommandRecord, Job, ScheduleTick, utcnow
 
 ACTIVE = ("queued", "running")
 
@@ -47,13 +48,14 @@ def enqueue(engine: Engine, job: Job) -> Job | None:
 
 
 def claim_next(engine: Engine, host: str) -> Job | None:
-    """Mark the oldest queued job of ``host`` running, owned by this process, and return it;
-    ``None`` when none is queued. Atomic: a job is claimed by one caller only."""
+    """Mark the next queued job of ``host`` (lowest ``priority``, then oldest) running, owned by
+    this process, and return it; ``None`` when none is queued. Atomic: a job is claimed by one
+    caller only."""
     owner = {"pid": os.getpid(), "host": socket.gethostname()}
     with Session(engine, expire_on_commit=False) as session:
         while True:
             job_id = session.exec(select(Job.id).where(Job.host == host, Job.status == "queued")
-                                  .order_by(Job.id).limit(1)).first()
+                                  .order_by(Job.priority, Job.id).limit(1)).first()
             if job_id is None:
                 return None
             won = session.execute(update(Job).where(Job.id == job_id, Job.status == "queued")
@@ -146,3 +148,25 @@ def list_commands(engine: Engine, limit: int = 100) -> list[CommandRecord]:
     with Session(engine, expire_on_commit=False) as session:
         rows = list(session.exec(select(CommandRecord).order_by(CommandRecord.id.desc()).limit(limit)))
         return rows[::-1]
+
+
+def watch_jobs(engine: Engine, watch: str, limit: int = 20) -> list[Job]:
+    """The jobs queued by watch ``watch``, newest first (any status)."""
+    with Session(engine, expire_on_commit=False) as session:
+        return list(session.exec(select(Job).where(Job.watch == watch).order_by(Job.id.desc()).limit(limit)))
+
+
+def record_tick(engine: Engine, schedule_id: str, result: str, job_id: int | None = None) -> None:
+    """Append one run of scheduled job ``schedule_id`` to the schedule log."""
+    with Session(engine) as session:
+        session.add(ScheduleTick(schedule_id=schedule_id, result=result, job_id=job_id))
+        session.commit()
+
+
+def list_ticks(engine: Engine, schedule_id: str | None = None, limit: int = 100) -> list[ScheduleTick]:
+    """The newest runs of scheduled jobs (of ``schedule_id`` only, if given), oldest first."""
+    with Session(engine, expire_on_commit=False) as session:
+        query = select(ScheduleTick).order_by(ScheduleTick.id.desc()).limit(limit)
+        if schedule_id:
+            query = query.where(ScheduleTick.schedule_id == schedule_id)
+        return list(session.exec(query))[::-1]

@@ -125,7 +125,9 @@ class Job(SQLModel, table=True):
     ``dedupe_key`` (Slack team and trigger id) is unique, so a redelivered slash command
     cannot queue a second job. ``owner`` is the bot process running it (``pid``, ``host``);
     ``attempts`` counts re-queues after a crash. ``slack`` keeps where its messages are
-    (``channel``, ``thread_ts``, ``progress_ts``, ``response_url``).
+    (``channel``, ``thread_ts``, ``progress_ts``, ``response_url``). ``priority``: lower runs
+    first (people's commands 0, scheduled watches 10); within a priority, oldest first.
+    ``watch``: the name of the watch that queued it, ``None`` for a person's command.
     """
 
     __tablename__ = "jobs"
@@ -141,6 +143,8 @@ class Job(SQLModel, table=True):
     team_id: str = ""
     dedupe_key: str | None = Field(default=None, unique=True, index=True)
     attempts: int = 0
+    priority: int = 0
+    watch: str | None = Field(default=None, index=True)
     run_id: int | None = Field(default=None, foreign_key="runs.id")
     owner: dict | None = Field(default=None, sa_column=Column(JSON))
     slack: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
@@ -161,5 +165,18 @@ class CommandRecord(SQLModel, table=True):
     channel_id: str
     team_id: str = ""
     command: str = Field(sa_column=Column(Text, nullable=False))
+    result: str = Field(sa_column=Column(Text, nullable=False))
+    job_id: int | None = None
+
+
+class ScheduleTick(SQLModel, table=True):
+    """One run of a scheduled job of the bot (``schedule_id``: ``summary`` or ``watch:<name>``):
+    when, and what came of it (``result``: ``queued job N``, ``nothing new``, ``posted``,
+    ``error: ...``); ``job_id`` is the job it queued, if any."""
+
+    __tablename__ = "schedule_log"
+    id: int | None = Field(default=None, primary_key=True)
+    schedule_id: str = Field(index=True)
+    at: dt.datetime = Field(default_factory=utcnow)
     result: str = Field(sa_column=Column(Text, nullable=False))
     job_id: int | None = None
