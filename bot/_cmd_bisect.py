@@ -81,7 +81,7 @@ async def run_bisect(args: argparse.Namespace, console: Console) -> int:
         )
         async with host.lock(owner(f"bisect {args.good}..{args.bad}"), wait=not args.no_wait,
                              on_wait=lambda message: console.print(message, markup=False, highlight=False)):
-            await reconcile(db, config, console.print)
+            await reconcile(db, config, console)
             store = _ConsoleBisectStore(db, request, console)
             pin_client(config, console)
             result = await core.bisect(request, store)

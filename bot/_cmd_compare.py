@@ -149,7 +149,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         db = database(config, args.db)
         async with host.lock(owner(f"compare {head_sha[:12]}"), wait=not args.no_wait,
                              on_wait=lambda message: console.print(message, markup=False, highlight=False)):
-            await reconcile(db, config, console.print)
+            await reconcile(db, config, console)
             store = _ConsoleStore(db, console)
             run_id = store.create(request, base_sha, head_sha)
             console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
