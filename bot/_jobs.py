@@ -3,6 +3,21 @@ in order, one at a time per host, under the host's lock (the CLI's too), and run
 compare or a bisect (``Job.kind``).
 
 A :class:`Notifier` (the Slack front end) hears about each job's start, progress and end.
+
+Ownership: a job runs owned by this process (:func:`storage.identity`), whose lease the queue
+keeps renewed (:func:`storage.keep_alive`, ``[storage].owner_lease_s``). Every
+``owner_lease_s / 3`` seconds, and at start, the queue reconciles: runs and jobs whose owner
+is dead (:func:`storage.owner_alive`: gone from this machine, or its lease expired, wherever
+it ran) are closed as below.
+
+Storage outages: the queue's own database writes are retried with backoff (0.5 s doubling to
+30 s) until the database answers, with one log line and one note in the job's thread when the
+outage starts and when it ends; no SQL text reaches a user. A job whose run could not be
+recorded has its engine stopped (by core), its run marked interrupted once the database is
+back, and is queued again once (as after a crash) or failed.
+
+A clean stop (SIGTERM, Ctrl-C) stops the running job's engine, marks its run interrupted and
+queues the job again without spending its crash re-queue, saying so in its thread.
 ``cancel`` of a running job cancels its task: core.compare stops the engine's process group
 and marks the run interrupted; the job is marked cancelled. At start, before any worker
 runs, what a crashed bot left is reconciled: runs it left running have their recorded engine
@@ -15,6 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+
+from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
@@ -34,6 +52,7 @@ class Notifier:
                            error: str | None) -> None: ...
     async def job_cancelled(self, job: storage.Job, reason: str) -> None: ...
     async def job_reconciled(self, job: storage.Job, status: str, reason: str) -> None: ...
+    async def job_note(self, job: storage.Job, text: str) -> None: ...
 
 
 class _JobStore(storage.RunStore):
@@ -111,6 +130,7 @@ class JobQueue:
 
     def __init__(self, config: core.Config, db, notifier: Notifier) -> None:
         self.config, self.db, self.notifier = config, db, notifier
+        self._heartbeat: storage.Heartbeat | None = None
         self._hosts: dict[str, core.Host] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._workers: list[asyncio.Task] = []
@@ -118,24 +138,89 @@ class JobQueue:
         self._cancelled: dict[int, str] = {}
 
     async def start(self) -> list[tuple[storage.Job, str, str]]:
-        """Reconcile what a crash left, then start the workers. Returns, for each job that was
-        left running, (job, new status ``queued``/``failed``, reason)."""
+        """Take this process's lease, reconcile what a dead bot left, then start the workers and
+        the reconciler. Returns, for each job that was left running, (job, new status
+        ``queued``/``failed``, reason).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database cannot be written at start.
+        """
+        lease_s = self.config.storage.owner_lease_s
+        self._heartbeat = await asyncio.to_thread(storage.keep_alive, self.db, lease_s, "bot")
+        reconciled = await self.reconcile()
+        for host in self.config.hosts:
+            self._wake[host] = asyncio.Event()
+            self._wake[host].set()  # jobs queued before the start run now
+            self._workers.append(asyncio.create_task(self._worker(host), name=f"worker-{host}"))
+        self._workers.append(asyncio.create_task(self._reconciler(lease_s / 3), name="reconciler"))
+        return reconciled
+
+    async def reconcile(self) -> list[tuple[storage.Job, str, str]]:
+        """Close runs and jobs whose owner is dead (see the module docstring): the runs' engines
+        are stopped through their recorded process groups and the host helper's checks, the
+        jobs queued again once or failed, each said in its thread. Returns (job, new status,
+        reason) for each job.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database cannot be read or written.
+        """
         closed = dict(await reconcile_runs(self.db, self.config))
         reconciled = []
         for job in await asyncio.to_thread(storage.orphaned_jobs, self.db):
-            reason = f"the bot (pid {job.owner['pid']}) stopped while this job ran"
+            reason = (f"the bot that ran it (pid {job.owner.get('pid')} on {job.owner.get('host')}) "
+                      "stopped while this job ran")
             if job.run_id in closed:
                 reason += f" (run {job.run_id}: {closed[job.run_id].split('; ', 1)[-1]})"
             status = await asyncio.to_thread(storage.requeue_or_fail, self.db, job.id,
                                              self.config.slack.requeue_interrupted, reason)
             log.warning("job %s: %s; now %s", job.id, reason, status)
             reconciled.append((job, status, reason))
-            await self.notifier.job_reconciled(job, status, reason)
-        for host in self.config.hosts:
-            self._wake[host] = asyncio.Event()
-            self._wake[host].set()  # jobs queued before the start run now
-            self._workers.append(asyncio.create_task(self._worker(host), name=f"worker-{host}"))
+            await self._notify(self.notifier.job_reconciled(job, status, reason))
+            if status == "queued":
+                self.wake(job.host)
         return reconciled
+
+    async def _reconciler(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.reconcile()
+            except SQLAlchemyError as exc:  # the next round tries again
+                log.warning("reconcile skipped: database unavailable (%s)", storage.short_error(exc))
+
+    async def _notify(self, call) -> None:
+        """Await a notifier call; a failure is logged, never raised into a worker."""
+        try:
+            await call
+        except Exception as exc:  # noqa: BLE001 - a lost message must not stop the queue
+            log.warning("notifying failed: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0][:200])
+
+    async def retrying(self, fn, /, *args, job: storage.Job | None = None, **kwargs):
+        """``fn(*args, **kwargs)`` in a thread, retried with backoff (0.5 s doubling to 30 s)
+        while the database is unavailable; an outage is logged once and, with ``job``, noted
+        in its thread when it starts and when it ends."""
+        delay, down_since = 0.5, None
+        while True:
+            try:
+                value = await asyncio.to_thread(fn, *args, **kwargs)
+            except SQLAlchemyError as exc:
+                if down_since is None:
+                    down_since = time.monotonic()
+                    what = f"job {job.id}: " if job else ""
+                    log.warning("%sdatabase unavailable (%s); retrying with backoff", what, storage.short_error(exc))
+                    if job:
+                        await self._notify(self.notifier.job_note(
+                            job, f"job {job.id}: the database is unavailable ({storage.short_error(exc)}); "
+                                 "retrying until it is back"))
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 30.0)
+                continue
+            if down_since is not None:
+                outage = f"database available again after {time.monotonic() - down_since:.0f} s"
+                log.warning("%s%s; resuming", f"job {job.id}: " if job else "", outage)
+                if job:
+                    await self._notify(self.notifier.job_note(job, f"job {job.id}: {outage}; resuming"))
+            return value
 
     def host(self, name: str) -> core.Host:
         """The bot's :class:`core.Host` for ``name``, opened once and reused (one SSH
@@ -190,12 +275,15 @@ class JobQueue:
         return dict(self._running)
 
     async def stop(self) -> None:
-        """Stop the workers; a running compare is cancelled (its engine stopped)."""
+        """Stop the workers; a running compare is cancelled (its engine stopped, the job queued
+        again); then this process's lease is released."""
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         for host in self._hosts.values():
             await host.close()
+        if self._heartbeat is not None:
+            await asyncio.to_thread(self._heartbeat.stop)
 
     async def _bisect(self, job: storage.Job, host: core.Host):
         """Run a bisect job: (job, its bisect run id, the :class:`core.BisectResult`)."""
@@ -226,7 +314,7 @@ class JobQueue:
         while True:
             await wake.wait()
             wake.clear()
-            while (job := await asyncio.to_thread(storage.claim_next, self.db, host)) is not None:
+            while (job := await self.retrying(storage.claim_next, self.db, host)) is not None:
                 task = asyncio.create_task(self._run(job), name=f"job-{job.id}")
                 self._running[job.id] = task
                 try:
@@ -248,27 +336,52 @@ class JobQueue:
                     store = _JobStore(self.db, job, self.notifier)
                     run_id = await asyncio.to_thread(store.create, request, *shas)
                     job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
-                    await self.notifier.job_started(job, run_id)
+                    await self._notify(self.notifier.job_started(job, run_id))
                     result = await core.compare(request, store, shas=shas)
         except asyncio.CancelledError:
             reason = self._cancelled.pop(job.id, None)
             if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted
-                storage.requeue_or_fail(self.db, job.id, self.config.slack.requeue_interrupted,
-                                        "the bot was stopped while this job ran")
+                reason = ("the bot was stopped cleanly while this job ran; its engine was stopped and the job is "
+                          "queued again (it starts over when a bot runs)")
+                await self.retrying(storage.requeue, self.db, job.id, reason)
+                log.warning("job %s: %s", job.id, reason)
+                await self._notify(self.notifier.job_reconciled(job, "queued", reason))
                 raise
-            await asyncio.to_thread(storage.update_job, self.db, job.id, status="cancelled", reason=reason)
-            await self.notifier.job_cancelled(job, reason)
+            await self.retrying(storage.update_job, self.db, job.id, status="cancelled", reason=reason)
+            await self._notify(self.notifier.job_cancelled(job, reason))
+            return
+        except SQLAlchemyError as exc:  # its engine is stopped; the worker lives on
+            await self._storage_lost(job, run_id, exc)
             return
         except Exception as exc:  # a job's failure must never stop its host's worker
             message = str(exc) if isinstance(exc, core.SpecperfError) else f"{exc.__class__.__name__}: {exc}"
             if not isinstance(exc, core.SpecperfError):
                 log.exception("job %s failed unexpectedly", job.id)
-            await asyncio.to_thread(storage.update_job, self.db, job.id, status="failed", reason=message)
-            await self.notifier.job_finished(job, run_id, None, message)
+            await self.retrying(storage.update_job, self.db, job.id, status="failed", reason=message, job=job)
+            await self._notify(self.notifier.job_finished(job, run_id, None, message))
             return
         status = "failed" if result.status == "failed" else "done"
         # a re-queued job keeps why it was interrupted unless the run itself has a reason
         reason = result.message if isinstance(result, core.BisectResult) else result.reason
         kept = {"reason": reason} if reason else {}
-        await asyncio.to_thread(storage.update_job, self.db, job.id, status=status, **kept)
-        await self.notifier.job_finished(job, run_id, result, None)
+        await self.retrying(storage.update_job, self.db, job.id, status=status, job=job, **kept)
+        await self._notify(self.notifier.job_finished(job, run_id, result, None))
+
+    async def _storage_lost(self, job: storage.Job, run_id: int | None, exc: SQLAlchemyError) -> None:
+        """The database failed under a running job (its engine is already stopped): say so, wait
+        for the database, mark the run interrupted, queue the job again once or fail it."""
+        short = storage.short_error(exc)
+        log.warning("job %s: database unavailable during the run (%s); its engine was stopped", job.id, short)
+        await self._notify(self.notifier.job_note(
+            job, f"job {job.id}: the database became unavailable during the run ({short}); its engine was stopped; "
+                 "the job is queued again once the database is back"))
+        reason = f"the database became unavailable during the run ({short})"
+        if run_id is None:
+            run_id = (await self.retrying(storage.get_job, self.db, job.id, job=job)).run_id
+        if run_id is not None:
+            await self.retrying(storage.mark_abandoned, self.db, run_id, reason, job=job)
+        status = await self.retrying(storage.requeue_or_fail, self.db, job.id, self.config.slack.requeue_interrupted,
+                                     reason, job=job)
+        await self._notify(self.notifier.job_reconciled(job, status, reason))
+        if status == "queued":
+            self.wake(job.host)

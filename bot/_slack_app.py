@@ -3,10 +3,18 @@ client (rate-limit and server-error retries, per-channel pacing), the notifier t
 job's life into threaded messages, and the two ways Slack reaches the bot: Socket Mode, or an
 aiohttp HTTP endpoint (``POST /slack/events``) with signature and replay checks.
 
-Every command is acknowledged first, from the text and the config alone (parse, authorise),
-before any I/O; git, the database and the Web API come after the ack. Usage errors and
-refusals are the ack's ephemeral text, and nothing is queued for them. Every command is
-recorded in the audit table (who, what, when, result).
+Every command is checked first, from the text and the config alone (parse, authorise); usage
+errors and refusals are the ack's ephemeral text, and nothing is queued for them. A command
+that needs work is then written to the audit table as ``received`` (with what answering it
+needs) before it is acknowledged; git, the queue and the Web API come after the ack. A
+received command whose bot died before answering it is carried out by the next bot (at start
+and every third of ``[storage].owner_lease_s``). Every command ends in the audit table (who,
+what, when, result).
+
+HTTP: a request that is too large, lacks or has a malformed timestamp or signature, or fails
+the signature check is refused (400/401) with one short log line; a signature already served
+within Slack's 5-minute window, also by an earlier bot process, is refused (kept in the
+database).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
+from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
@@ -47,10 +56,11 @@ from bot._slack_blocks import (
     summary_line,
     verdict_blocks,
 )
-from bot._slack_commands import HELP, Command, UsageError, parse
+from bot._slack_commands import HELP, MAX_COMMAND_CHARS, Command, UsageError, parse
 
 log = logging.getLogger("specperf.bot")
 SIGNATURE_WINDOW_S = 300  # Slack's: a request older than 5 minutes is refused
+MAX_BODY_BYTES = 64 << 10  # a slash command's form is a few hundred bytes
 IO_SLOTS = 2  # commands doing database or git work at once, after their ack
 
 
@@ -269,7 +279,11 @@ class SlackNotifier(Notifier):
 
     async def job_reconciled(self, job, status, reason) -> None:
         after = "it is queued again" if status == "queued" else "it is marked failed"
+        await self._final_progress(job.id, f"interrupted; {after}")
         await self._reply(await self._thread(job), text=f"job {job.id} was interrupted: {reason}; {after}")
+
+    async def job_note(self, job, text) -> None:
+        await self._reply(await self._thread(job), text=text)
 
 
 class SlackBot:
@@ -295,7 +309,6 @@ class SlackBot:
                             request_verification_enabled=http, process_before_response=False)
         self.app.command(command)(self._on_command)
         self._verifier = SignatureVerifier(self.slack.signing_secret.get_secret_value())
-        self._signatures: OrderedDict[str, float] = OrderedDict()
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
         self._io_slots = asyncio.Semaphore(IO_SLOTS)
@@ -321,6 +334,8 @@ class SlackBot:
                 middleware.auth_test_result = identity
         log.info("Slack: bot user %s in team %s", identity.get("user_id"), identity.get("team_id"))
         await self.queue.start()
+        await self.resume_commands()
+        self._spawn(self._resumer(self.config.storage.owner_lease_s / 3))
         await self.schedules.start()  # or not: another bot process runs the schedules (status says so)
         if self.slack.mode == "http":
             server = web.Application()
@@ -350,20 +365,43 @@ class SlackBot:
         await self.schedules.stop()
         await self.queue.stop()
 
+    def _refuse(self, request: web.Request, status: int, why: str) -> web.Response:
+        log.warning("HTTP %d to %s from %s: %s", status, request.path, request.remote, why)
+        return web.Response(status=status, text=why)
+
     async def _http(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        timestamp = request.headers.get("X-Slack-Request-Timestamp")
-        signature = request.headers.get("X-Slack-Signature")
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            return self._refuse(request, 400, f"request body over {MAX_BODY_BYTES} bytes")
+        try:
+            body = await request.content.readexactly(request.content_length or 0) if request.content_length \
+                else await request.content.read(MAX_BODY_BYTES + 1)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            return self._refuse(request, 400, f"incomplete request body ({exc.__class__.__name__})")
+        if len(body) > MAX_BODY_BYTES:
+            return self._refuse(request, 400, f"request body over {MAX_BODY_BYTES} bytes")
+        timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature", "")
+        if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+            return self._refuse(request, 401, "missing or malformed X-Slack-Request-Timestamp")
+        if not signature.isascii() or not signature.startswith("v0=") or len(signature) != 67:
+            return self._refuse(request, 401, "missing or malformed X-Slack-Signature")
         if not self._verifier.is_valid(body, timestamp, signature):
-            return web.Response(status=401, text="invalid or stale Slack signature")
-        now = time.time()
-        while self._signatures and next(iter(self._signatures.values())) < now - 2 * SIGNATURE_WINDOW_S:
-            self._signatures.popitem(last=False)
-        if signature in self._signatures:
-            return web.Response(status=401, text="replayed request")
-        self._signatures[signature] = now
-        bolt_request = AsyncBoltRequest(body=body.decode(), query=request.query_string, headers=dict(request.headers))
-        return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
+            return self._refuse(request, 401, "invalid or stale Slack signature")
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            return self._refuse(request, 400, "request body is not UTF-8")
+        try:
+            fresh = await asyncio.to_thread(storage.first_sight, self.db, signature, 2 * SIGNATURE_WINDOW_S)
+        except SQLAlchemyError as exc:
+            return self._refuse(request, 503, f"database unavailable ({storage.short_error(exc)})")
+        if not fresh:
+            return self._refuse(request, 401, "replayed request")
+        bolt_request = AsyncBoltRequest(body=text, query=request.query_string, headers=dict(request.headers))
+        try:
+            return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
+        except Exception as exc:  # noqa: BLE001 - a malformed signed body must not be a 500 with a traceback
+            return self._refuse(request, 400, f"unreadable request ({exc.__class__.__name__})")
 
     # commands ---------------------------------------------------------------------------
     async def _io(self, fn, /, *args, **kwargs):
@@ -445,31 +483,79 @@ class SlackBot:
                            "(user and channel IDs)")
             self._audit(who, text, "refused: not on the allow-list")
             return
+        payload = {"trigger_id": body.get("trigger_id"), "response_url": body.get("response_url")}
+        try:  # persisted before the ack: a crash from here on loses nothing
+            command_id = await asyncio.to_thread(storage.receive_command, self.db, *who, text, payload)
+        except SQLAlchemyError as exc:
+            log.warning("command not taken: database unavailable (%s)", storage.short_error(exc))
+            await ack(response_type="ephemeral", text=f"`/specperf {text}`: not taken: the bot's database is "
+                                                      f"unavailable ({storage.short_error(exc)}); try again shortly")
+            return
         await ack(response_type="ephemeral", text=f"`/specperf {text}`: working on it")
-        task = asyncio.create_task(self._execute(cmd, who, text, body, respond, host, engine))
+        self._spawn(self._execute(cmd, who, text, payload, host, engine, command_id))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def _audit(self, who: tuple[str, str, str], text: str, result: str, job_id: int | None = None) -> None:
-        task = asyncio.create_task(self._io(storage.record_command, self.db, *who, text, result, job_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._io(storage.record_command, self.db, *who, text[:MAX_COMMAND_CHARS], result, job_id))
 
-    async def _execute(self, cmd, who, text, body, respond, host, engine) -> None:
+    async def _execute(self, cmd, who, text, payload: dict, host, engine, command_id: int) -> None:
+        """Carry out received command ``command_id``, record its result and answer it through
+        its response URL (``payload``)."""
         try:
             handler = getattr(self, f"_cmd_{cmd.name}")
-            reply, result, job_id = await handler(cmd, who, body, host, engine)
+            reply, result, job_id = await handler(cmd, who, payload, host, engine)
         except core.SpecperfError as exc:
             reply, result, job_id = f"error: {exc}", f"error: {str(exc).splitlines()[0]}", None
+        except SQLAlchemyError as exc:
+            short = storage.short_error(exc)
+            log.warning("command %d: database unavailable (%s)", command_id, short)
+            reply, result, job_id = f"error: the bot's database is unavailable ({short}); try again shortly", \
+                f"error: database unavailable ({short})", None
         except Exception as exc:  # one command's bug must not take the bot down
-            log.exception("command %r failed", text)
-            reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}", None
-        self._audit(who, text, result, job_id)
-        if reply and body.get("response_url"):
+            log.exception("command %d failed", command_id)
+            reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}"[:500], None
+        await self.queue.retrying(storage.answer_command, self.db, command_id, result, job_id)
+        if reply and payload.get("response_url"):
             try:
-                await respond(response_type="ephemeral", text=reply)
+                await AsyncWebhookClient(payload["response_url"]).send(response_type="ephemeral", text=reply)
             except Exception as exc:  # the ack went out; a lost ephemeral line is logged
                 log.warning("ephemeral reply failed: %s", exc)
+
+    async def resume_commands(self) -> int:
+        """Carry out the received commands whose bot died before answering them (each taken by
+        one bot only); how many this bot took.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
+        """
+        taken = 0
+        for row in await self._io(storage.unanswered_commands, self.db):
+            if not await self._io(storage.take_command, self.db, row):
+                continue
+            taken += 1
+            who = (row.user_id, row.channel_id, row.team_id)
+            try:
+                cmd = parse(row.command)
+                host, engine = self._target(cmd)
+            except UsageError as exc:  # the config changed since it was received
+                await self._io(storage.answer_command, self.db, row.id, f"usage error: {str(exc).splitlines()[0]}")
+                continue
+            log.warning("command %d (%s) was received by a bot that stopped before answering it: carrying it out",
+                        row.id, row.command[:200])
+            self._spawn(self._execute(cmd, who, row.command, row.payload or {}, host, engine, row.id))
+        return taken
+
+    async def _resumer(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.resume_commands()
+            except SQLAlchemyError as exc:  # the next round tries again
+                log.warning("resuming received commands skipped: database unavailable (%s)", storage.short_error(exc))
 
     def _job(self, kind: str, who, body, host: str, engine: str, args: dict) -> storage.Job:
         workload = pick(self.config.workloads, None, "workload", default="default")

@@ -25,6 +25,7 @@ HELP = """*specperf* measures whether a commit moved LLM serving throughput.
 `/specperf env [host]` probe a host's environment and run the checks
 `/specperf help` this text"""
 
+MAX_COMMAND_CHARS = 2000  # a command is a line; Slack's own limit on slash-command text is about 4,000
 SUBCOMMANDS = ("compare", "bisect", "status", "queue", "cancel", "history", "env", "help")
 
 
@@ -129,10 +130,12 @@ def parse(text: str) -> Command:
     """Parse the text after ``/specperf``; empty text is ``help``.
 
     Raises:
-        UsageError: unbalanced quotes, an unknown subcommand or option, a missing or bad
-            argument (a ref with shell characters, a non-numeric job id); the message says
-            which, with the usage line.
+        UsageError: text longer than :data:`MAX_COMMAND_CHARS`, unbalanced quotes, an unknown
+            subcommand or option, a missing or bad argument (a ref with shell characters, a
+            non-numeric job id); the message says which, with the usage line.
     """
+    if len(text or "") > MAX_COMMAND_CHARS:
+        raise UsageError(f"the command is {len(text):,} characters long; at most {MAX_COMMAND_CHARS:,} are read")
     try:
         words = shlex.split(text or "")
     except ValueError as exc:

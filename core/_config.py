@@ -400,9 +400,13 @@ def _union(first: list, second: list) -> list:
 
 
 class StorageConfig(_Strict):
-    """Where runs are kept: any SQLAlchemy URL; empty means SQLite in the data directory."""
+    """Where runs are kept: any SQLAlchemy URL; empty means SQLite in the data directory.
+    ``owner_lease_s``: a bot renews its lease on its jobs and runs every third of this; a job
+    or run whose owner has not renewed it for this long is taken as orphaned (re-queued, its
+    engine stopped) by any other bot, wherever the owner ran."""
 
     url: str = ""
+    owner_lease_s: float = Field(default=60.0, ge=1.0)
 
 
 class AllowList(_Strict):

@@ -35,12 +35,19 @@ async def _git(host: Host, repo: str, *args: str, check: bool = True) -> Command
     return result
 
 
+MAX_REF_CHARS = 255  # git allows longer names; no branch or tag a person types is near this
+
+
 def check_ref_text(ref: str) -> str:
     """``ref`` itself when it could be a git ref; no git runs.
 
     Raises:
-        GitError: it is empty, starts with ``-``, or holds whitespace or shell characters.
+        GitError: it is empty, longer than :data:`MAX_REF_CHARS`, starts with ``-``, or holds
+            whitespace or shell characters.
     """
+    if len(ref) > MAX_REF_CHARS:
+        raise GitError(f"a ref of {len(ref):,} characters is not a git ref (at most {MAX_REF_CHARS}); give a "
+                       "commit SHA, branch or tag")
     if not ref or _FORBIDDEN.search(ref):
         raise GitError(
             f"{ref!r} is not a git ref: refs cannot start with '-' or contain whitespace or shell "

@@ -7,16 +7,21 @@ Public names: open_database, default_url, StorageError, RunStore, BisectStore, S
 list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series), and
 the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next,
 cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
-list_commands) with the tables Job and CommandRecord; the scheduler's watch_jobs and its
-log (record_tick, list_ticks, table ScheduleTick).
+list_commands, receive_command, answer_command, unanswered_commands, take_command), replay
+protection (first_sight, table SeenRequest) with the tables Job and CommandRecord; the
+scheduler's watch_jobs and its log (record_tick, list_ticks, table ScheduleTick); who owns a
+running row and whether it is alive (identity, owner_alive, keep_alive, Heartbeat, table
+Owner; short_error names a database error without its SQL).
 """
 
 from storage._db import StorageError, default_url, open_database
 from storage._history import load_series
 from storage._jobs import (
+    answer_command,
     cancel_queued,
     claim_next,
     enqueue,
+    first_sight,
     get_job,
     job_for_run,
     list_commands,
@@ -24,8 +29,12 @@ from storage._jobs import (
     list_ticks,
     orphaned_jobs,
     record_command,
+    receive_command,
     record_tick,
+    requeue,
     requeue_or_fail,
+    take_command,
+    unanswered_commands,
     update_job,
     watch_jobs,
 )
@@ -34,11 +43,14 @@ from storage._models import (
     CommandRecord,
     EnvSnapshot,
     Job,
+    Owner,
     Run,
     ScheduleTick,
+    SeenRequest,
     Trial,
     VerdictRow,
 )
+from storage._owners import Heartbeat, identity, keep_alive, owner_alive, short_error
 from storage._store import (
     BisectStore,
     RunStore,
@@ -56,4 +68,6 @@ __all__ = [
     "enqueue", "claim_next", "get_job", "job_for_run", "update_job", "cancel_queued", "list_jobs",
     "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
     "ScheduleTick", "watch_jobs", "record_tick", "list_ticks",
+    "requeue", "receive_command", "answer_command", "unanswered_commands", "take_command", "first_sight",
+    "SeenRequest", "Owner", "Heartbeat", "identity", "keep_alive", "owner_alive", "short_error",
 ]

@@ -8,29 +8,16 @@ for the same job cannot both win, on SQLite or PostgreSQL. Every change commits 
 
 from __future__ import annotations
 
-import os
-import socket
+import datetime as dt
 
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from storage._models import CommandRecord, Job, ScheduleTick, utcnow
+from storage._models import CommandRecord, Job, ScheduleTick, SeenRequest, utcnow
+from storage._owners import identity, owner_alive
 
 ACTIVE = ("queued", "running")
-
-
-def _owner_alive(owner: dict | None) -> bool:
-    """Whether the process that owns a job is alive; a job of another host counts as alive."""
-    if not owner or owner.get("host") != socket.gethostname():
-        return bool(owner)
-    try:
-        os.kill(owner["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def enqueue(engine: Engine, job: Job) -> Job | None:
@@ -51,7 +38,7 @@ def claim_next(engine: Engine, host: str) -> Job | None:
     """Mark the next queued job of ``host`` (lowest ``priority``, then oldest) running, owned by
     this process, and return it; ``None`` when none is queued. Atomic: a job is claimed by one
     caller only."""
-    owner = {"pid": os.getpid(), "host": socket.gethostname()}
+    owner = identity().as_owner()
     with Session(engine, expire_on_commit=False) as session:
         while True:
             job_id = session.exec(select(Job.id).where(Job.host == host, Job.status == "queued")
@@ -110,8 +97,19 @@ def list_jobs(engine: Engine, statuses: tuple[str, ...] = ACTIVE, host: str | No
 
 
 def orphaned_jobs(engine: Engine) -> list[Job]:
-    """Jobs marked running whose bot process (on this machine) is gone: what a crash left."""
-    return [job for job in list_jobs(engine, ("running",), limit=10_000) if not _owner_alive(job.owner)]
+    """Jobs marked running whose bot process is gone (:func:`storage._owners.owner_alive`: its
+    lease expired, or its pid on this machine is gone): what a crash left, wherever it ran."""
+    return [job for job in list_jobs(engine, ("running",), limit=10_000) if not owner_alive(engine, job.owner)]
+
+
+def requeue(engine: Engine, job_id: int, reason: str) -> None:
+    """Queue job ``job_id`` again after a clean stop of its bot (keeping its place; the crash
+    re-queue budget ``attempts`` is not spent): its run is dropped, ``reason`` kept."""
+    with Session(engine) as session:
+        job = session.get(Job, job_id)
+        job.status, job.owner, job.run_id, job.started_at, job.reason = "queued", None, None, None, reason
+        session.add(job)
+        session.commit()
 
 
 def requeue_or_fail(engine: Engine, job_id: int, requeue: bool, reason: str) -> str:
@@ -143,6 +141,47 @@ def record_command(engine: Engine, user_id: str, channel_id: str, team_id: str, 
         session.commit()
 
 
+def receive_command(engine: Engine, user_id: str, channel_id: str, team_id: str, command: str,
+                    payload: dict) -> int:
+    """Record a command before it is acknowledged (``result`` ``received``, owned by this
+    process) with ``payload`` (what carrying it out and answering it needs); its id."""
+    with Session(engine) as session:
+        row = CommandRecord(user_id=user_id, channel_id=channel_id, team_id=team_id, command=command,
+                            result="received", payload=payload, owner=identity().as_owner())
+        session.add(row)
+        session.commit()
+        return row.id
+
+
+def answer_command(engine: Engine, command_id: int, result: str, job_id: int | None = None) -> None:
+    """Record what came of received command ``command_id``."""
+    with Session(engine) as session:
+        row = session.get(CommandRecord, command_id)
+        row.result, row.job_id = result, job_id
+        session.add(row)
+        session.commit()
+
+
+def unanswered_commands(engine: Engine) -> list[CommandRecord]:
+    """Received commands whose owner died before answering them, oldest first."""
+    with Session(engine, expire_on_commit=False) as session:
+        rows = list(session.exec(select(CommandRecord).where(CommandRecord.result == "received")
+                                 .order_by(CommandRecord.id)))
+    return [row for row in rows if not owner_alive(engine, row.owner)]
+
+
+def take_command(engine: Engine, command: CommandRecord) -> bool:
+    """Make this process the owner of unanswered ``command`` (compare-and-set on its
+    ``claims``); whether it won (another bot may take it first)."""
+    with Session(engine) as session:
+        won = session.execute(update(CommandRecord).where(CommandRecord.id == command.id,
+                                                          CommandRecord.result == "received",
+                                                          CommandRecord.claims == command.claims)
+                              .values(owner=identity().as_owner(), claims=command.claims + 1))
+        session.commit()
+        return won.rowcount == 1
+
+
 def list_commands(engine: Engine, limit: int = 100) -> list[CommandRecord]:
     """The newest audited commands, oldest first."""
     with Session(engine, expire_on_commit=False) as session:
@@ -170,3 +209,18 @@ def list_ticks(engine: Engine, schedule_id: str | None = None, limit: int = 100)
         if schedule_id:
             query = query.where(ScheduleTick.schedule_id == schedule_id)
         return list(session.exec(query))[::-1]
+
+
+def first_sight(engine: Engine, signature: str, window_s: float) -> bool:
+    """Record the signed request ``signature`` as served; ``False`` when it was already served
+    (a replay), also by an earlier bot process. Entries older than ``window_s`` (past which
+    Slack's timestamp check refuses a request anyway) are removed."""
+    with Session(engine) as session:
+        session.execute(delete(SeenRequest).where(SeenRequest.at < utcnow() - dt.timedelta(seconds=window_s)))
+        session.add(SeenRequest(signature=signature))
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+            return False
+        return True

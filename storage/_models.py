@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import JSON, Column, Text
+from sqlalchemy import JSON, BigInteger, Column, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -156,7 +156,14 @@ class Job(SQLModel, table=True):
 
 class CommandRecord(SQLModel, table=True):
     """One command received by the bot: who (Slack user, channel, team), what (the text), when,
-    and what came of it (``result``: queued job N, refused, usage error, ...)."""
+    and what came of it (``result``: queued job N, refused, usage error, ...).
+
+    A command that needs work after its acknowledgement is written before the ack with
+    ``result`` ``received``, ``payload`` (what is needed to carry it out and answer it: trigger
+    id, response URL) and ``owner`` (the bot process carrying it out, see storage._owners);
+    ``claims`` counts the processes that took it up (a compare-and-set guard). A received
+    command whose owner died is taken up by the next bot.
+    """
 
     __tablename__ = "command_audit"
     id: int | None = Field(default=None, primary_key=True)
@@ -167,6 +174,9 @@ class CommandRecord(SQLModel, table=True):
     command: str = Field(sa_column=Column(Text, nullable=False))
     result: str = Field(sa_column=Column(Text, nullable=False))
     job_id: int | None = None
+    payload: dict | None = Field(default=None, sa_column=Column(JSON))
+    owner: dict | None = Field(default=None, sa_column=Column(JSON))
+    claims: int = 0
 
 
 class ScheduleTick(SQLModel, table=True):
@@ -180,3 +190,28 @@ class ScheduleTick(SQLModel, table=True):
     at: dt.datetime = Field(default_factory=utcnow)
     result: str = Field(sa_column=Column(Text, nullable=False))
     job_id: int | None = None
+
+
+class Owner(SQLModel, table=True):
+    """The lease of one specperf process that owns jobs, runs or received commands
+    (storage._owners): its identity, when it last renewed, and for how long a renewal holds."""
+
+    __tablename__ = "owners"
+    instance: str = Field(primary_key=True)
+    pid: int
+    host: str
+    boot_id: str = ""
+    pid_ns: str = ""
+    start_ticks: int | None = Field(default=None, sa_type=BigInteger)
+    kind: str = "specperf"
+    renewed_at: dt.datetime = Field(default_factory=utcnow, index=True)
+    lease_s: float = 60.0
+
+
+class SeenRequest(SQLModel, table=True):
+    """A signed Slack request already served (its signature), kept for the replay window, so
+    a replay after a bot restart is refused too."""
+
+    __tablename__ = "seen_requests"
+    signature: str = Field(primary_key=True, max_length=128)
+    at: dt.datetime = Field(default_factory=utcnow, index=True)

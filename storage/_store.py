@@ -8,8 +8,6 @@ whose ``settings["bisect"]`` names the bisect run and the step."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 from collections.abc import Callable
 
 from sqlalchemy import Engine
@@ -27,8 +25,8 @@ from core import (
     TrialResult,
     Verdict,
 )
-from core._host_agent import pid_alive
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
+from storage._owners import identity, keep_alive, owner_alive
 
 
 class RunStore(CompareObserver):
@@ -46,7 +44,9 @@ class RunStore(CompareObserver):
         self._unlinked: dict[int, list[int]] = {}  # launch seq -> snapshots taken before its row existed
 
     def create(self, request: CompareRequest, base_sha: str, head_sha: str, extra: dict | None = None) -> int:
-        """Insert the run (status running) and return its id; ``extra`` is merged into its settings."""
+        """Insert the run (status running, owned by this process, whose lease is kept alive from
+        now on) and return its id; ``extra`` is merged into its settings."""
+        keep_alive(self.engine)
         with Session(self.engine) as session:
             run = Run(
                 engine_name=request.engine_name, workload_name=request.workload_name,
@@ -55,7 +55,7 @@ class RunStore(CompareObserver):
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
                           "engine": request.engine.model_dump(), "host_where": request.host.where,
                           "client": "local" if request.host.is_local else "here, through an SSH tunnel",
-                          "owner": {"pid": os.getpid(), "host": socket.gethostname()}, **(extra or {})},
+                          "owner": identity().as_owner(), **(extra or {})},
             )
             session.add(run)
             session.commit()
@@ -169,13 +169,14 @@ class BisectStore(BisectObserver):
 
     def started(self, good_sha: str, bad_sha: str, commits: list[str]) -> None:
         r = self.request
+        keep_alive(self.engine)
         with Session(self.engine) as session:
             run = Run(
                 kind="bisect", engine_name=r.engine_name, workload_name=r.workload_name, host=r.host.name,
                 base_ref=r.good_ref, base_sha=good_sha, head_ref=r.bad_ref, head_sha=bad_sha, modes=[r.mode],
                 settings={"compare": r.settings.model_dump(), "workload": r.workload.model_dump(),
                           "engine": r.engine.model_dump(),
-                          "owner": {"pid": os.getpid(), "host": socket.gethostname()},
+                          "owner": identity().as_owner(),
                           "bisect": {"mode": r.mode, "commits": commits, "steps": []}},
             )
             session.add(run)
@@ -251,14 +252,14 @@ def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -
 
 
 def abandoned_runs(engine: Engine) -> list[tuple[Run, list[Trial]]]:
-    """Runs still marked running whose specperf process (on this host) is gone, each with
-    its trials still marked running: what a killed or crashed specperf left behind."""
-    host = socket.gethostname()
+    """Runs still marked running whose specperf process is gone
+    (:func:`storage._owners.owner_alive`), each with its trials still marked running: what a
+    killed or crashed specperf left behind, wherever it ran."""
     with Session(engine) as session:
         found = []
         for run in session.exec(select(Run).where(Run.status == "running")):
             owner = (run.settings or {}).get("owner") or {}
-            if owner.get("host") == host and owner.get("pid") and not pid_alive(owner["pid"]):
+            if owner.get("pid") and not owner_alive(engine, owner):
                 trials = list(session.exec(select(Trial).where(Trial.run_id == run.id, Trial.status == "running")))
                 found.append((run, trials))
         return found

@@ -132,7 +132,8 @@ def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
     storage.update_job(db, first.id, slack={"progress_ts": "1.3"})
     assert storage.get_job(db, first.id).slack == {"channel": "C", "thread_ts": "1.2", "progress_ts": "1.3"}
     assert storage.orphaned_jobs(db) == []  # its owner (this process) is alive
-    monkeypatch.setattr("storage._jobs._owner_alive", lambda owner: False)
+    # an owner in another PID namespace (a container) that never took a lease: dead
+    storage.update_job(db, first.id, owner={**storage.identity().as_owner(), "instance": "gone", "pid_ns": "pid:[1]"})
     assert [j.id for j in storage.orphaned_jobs(db)] == [first.id]
     assert storage.requeue_or_fail(db, first.id, True, "crash") == "queued"
     assert [j.id for j in storage.list_jobs(db, ("queued",))] == [first.id, second.id]  # it keeps its place

@@ -228,15 +228,18 @@ async def test_env_probes_the_local_host_and_reports_the_checks(make_bot, emulat
     assert any(line.split(" ", 1)[0] in ("PASS", "WARN", "FAIL") for line in text.splitlines()[1:])
 
 
-async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job_once(make_bot, emulator):
+async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job(make_bot, emulator):
     bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
     await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
     trial = await wait_for(lambda: next((t for t in _trials(bot.db) if t.pgid), None), 60, what="a launch")
     await bot.stop()
     assert group_members(trial.pgid) == []
     job = storage.get_job(bot.db, 1)
-    assert (job.status, job.attempts) == ("queued", 1) and "the bot was stopped" in job.reason
-    assert storage.load_run(bot.db, job.run_id or trial.run_id).run.status == "interrupted"
+    # a clean stop does not spend the crash re-queue, and says so in the job's thread
+    assert (job.status, job.attempts) == ("queued", 0) and "stopped cleanly" in job.reason
+    assert storage.load_run(bot.db, trial.run_id).run.status == "interrupted"
+    notes = [p.body["text"] for p in emulator.recorded("chat.postMessage") if p.body.get("thread_ts") == job.slack["thread_ts"]]
+    assert any("stopped cleanly" in t and "queued again" in t for t in notes), notes
 
 
 async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypatch):

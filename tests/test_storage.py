@@ -15,10 +15,10 @@ from tests.fake_engine_repo import fake_engine, make_repo
 def test_migrations_create_the_schema_and_are_idempotent(db_url):
     db = storage.open_database(db_url)
     assert {"runs", "arms", "trials", "env_snapshots", "verdicts", "jobs", "command_audit",
-            "schedule_log"} <= set(inspect(db).get_table_names())
+            "schedule_log", "owners", "seen_requests"} <= set(inspect(db).get_table_names())
     storage.open_database(db_url)  # a second open is a no-op upgrade
     with db.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0003"
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0004"
 
 
 async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_port):
