@@ -17,9 +17,11 @@ from tests.slack_emulator import SIGNING_SECRET, signed_headers, slash_body
 
 def write_config(tmp_path: Path, repo_path: Path, port: int, api_url: str, mode: str = "http",
                  workload: str = "output_len = 64\nrequests = 4\nwarmup_requests = 1\n",
-                 trials: int = 2, slack_extra: str = "", db_url: str | None = None) -> Path:
+                 trials: int = 2, slack_extra: str = "", db_url: str | None = None,
+                 lease_s: float | None = None) -> Path:
     """A specperf.toml: the fake engine from ``repo_path`` on ``port``, a small workload, and a
-    [slack] section (HTTP on any free port, tokens from literals, U_ALLOWED in C_ALLOWED allowed)."""
+    [slack] section (HTTP on any free port, tokens from literals, U_ALLOWED in C_ALLOWED allowed);
+    ``lease_s`` sets ``[storage].owner_lease_s``."""
     config = tmp_path / "specperf.toml"
     config.write_text(
         f'[engines.fake]\nkind = "command"\nrepo = "{repo_path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
@@ -28,7 +30,8 @@ def write_config(tmp_path: Path, repo_path: Path, port: int, api_url: str, mode:
         '[engines.fake.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
         f'[compare]\nmin_trials = {trials}\nmax_trials = {trials}\ncooldown_s = 0\nmodes = ["baseline", "eagle3"]\n'
         f'[workloads.default]\n{workload}'
-        + (f'[storage]\nurl = "{db_url}"\n' if db_url else "")
+        + ('[storage]\n' if db_url or lease_s else "") + (f'url = "{db_url}"\n' if db_url else "")
+        + (f'owner_lease_s = {lease_s}\n' if lease_s else "")
         + f'[slack]\nmode = "{mode}"\nbot_token = "xoxb-test-token"\napp_token = "xapp-test-token"\n'
         f'signing_secret = "{SIGNING_SECRET}"\nhttp_host = "127.0.0.1"\nhttp_port = 0\napi_url = "{api_url}"\n'
         f'progress_interval_s = 0.5\nchannel_interval_s = 0.2\n{slack_extra}'
@@ -113,3 +116,19 @@ def check_verdict_thread(bot, emulator, job, host: str, modes: tuple[str, ...]):
     assert emulator.file(upload.body["files"][0]["id"])[:4] == b"\x89PNG"
     assert all(group_members(t.pgid) == [] for t in stored.trials)
     return stored
+
+
+async def start_bot(config: Path, url: str, home: Path, log, wrap: list[str] | None = None):
+    """``specperf bot`` as a real process (``wrap``: a command line it runs under, e.g.
+    ``unshare``), stdout read up to its "listening on" line: (process, port)."""
+    import os
+    import subprocess
+
+    from tests.conftest import SPECPERF
+
+    argv = [*SPECPERF, "--config", str(config), "bot", "--db", url]
+    proc = subprocess.Popen([*(wrap or []), *argv], cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(home)},
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    line = await asyncio.to_thread(proc.stdout.readline)  # the emulator shares this event loop
+    assert line.startswith("listening on "), f"the bot did not start: {line!r}"
+    return proc, int(line.rsplit(":", 1)[1].split("/")[0])
