@@ -90,36 +90,71 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
+class PostgresServer:
+    """A real PostgreSQL server (initdb + pg_ctl on a free port) with one database; ``stop()``
+    and ``start()`` take it down and bring it back (an outage), ``close()`` removes it."""
+
+    def __init__(self) -> None:
+        import glob
+        import shutil
+        import socket
+        import tempfile
+
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
+        if not found[-1]:
+            pytest.fail("PostgreSQL server binaries missing: scripts/test installs them (apt-get install postgresql)")
+        self.bin_dir = Path(found[-1]).parent
+        # Not under pytest's tmp_path: that folder is private to root and the server runs as postgres.
+        self.data = Path(tempfile.mkdtemp(prefix="specperf-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres", "postgres")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "specperf")
+        self.start()
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "specperf", "specperf_test")
+        self.url = f"postgresql+psycopg://specperf@127.0.0.1:{self.port}/specperf_test"
+
+    def _run(self, *argv: str) -> None:
+        subprocess.run(_as_postgres([str(self.bin_dir / argv[0]), *argv[1:]]), check=True, capture_output=True,
+                       text=True)
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-l", str(self.data / "server.log"),
+                  "-o", f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1", "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def close(self) -> None:
+        import shutil
+
+        try:
+            self.stop()
+        except subprocess.CalledProcessError:
+            pass  # stopped already (a test's outage)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A real PostgreSQL server started for this test session (initdb + pg_ctl on a free port)."""
-    import glob
-    import shutil
-    import socket
-    import tempfile
-
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
-    if not found[-1]:
-        pytest.fail("PostgreSQL server binaries missing: scripts/test installs them (apt-get install postgresql)")
-    bin_dir = Path(found[-1]).parent
-    # Not under pytest's tmp_path: that folder is private to root and the server runs as postgres.
-    data = Path(tempfile.mkdtemp(prefix="specperf-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    run = lambda *argv: subprocess.run(_as_postgres([str(bin_dir / argv[0]), *argv[1:]]),  # noqa: E731
-                                       check=True, capture_output=True, text=True)
-    run("initdb", "-D", str(data), "-A", "trust", "-U", "specperf")
-    run("pg_ctl", "-D", str(data), "-w", "-l", str(data / "server.log"),
-        "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start")
+    """A real PostgreSQL server started for this test session (:class:`PostgresServer`)."""
+    server = PostgresServer()
     try:
-        run("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "specperf", "specperf_test")
-        yield f"postgresql+psycopg://specperf@127.0.0.1:{port}/specperf_test"
+        yield server.url
     finally:
-        run("pg_ctl", "-D", str(data), "-m", "fast", "stop")
-        shutil.rmtree(data, ignore_errors=True)
+        server.close()
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own, which the test may stop and start."""
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

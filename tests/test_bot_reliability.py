@@ -37,8 +37,9 @@ def _container(hostname: str, new_pid_namespace: bool) -> list[str]:
 
 def _bot_pid(proc) -> int:
     """The bot's pid as seen from here (under ``unshare --kill-child`` it is unshare's child)."""
-    children = psutil.Process(proc.pid).children()
-    return children[0].pid if children else proc.pid
+    if "--kill-child" not in proc.args:
+        return proc.pid
+    return psutil.Process(proc.pid).children()[0].pid
 
 
 async def _stop(proc) -> None:
@@ -113,3 +114,129 @@ async def test_a_bot_restarted_as_a_new_container_reclaims_the_dead_bots_job(tmp
         await _stop(proc)
         log.close()
     assert proc.returncode == 0
+
+
+async def test_commands_acknowledged_before_a_kill_are_all_carried_out_after_restart(tmp_path, emulator,
+                                                                                      unused_tcp_port):
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    url = f"sqlite:///{tmp_path}/bot.db"
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S)
+    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
+    db = storage.open_database(url)
+    proc, port = await start_bot(config, url, home, log)
+    texts = [f"compare {ref} --modes baseline" for ref in ("slow", "noop", "slow --base base", "noop --base base",
+                                                           "base --base slow")]
+    try:  # a burst, then SIGKILL the moment the last ack is in: some commands are only acknowledged
+        responses = await asyncio.gather(*(post_command(port, form(t, trigger=f"b{i}", response_url=emulator.response_url()))
+                                           for i, t in enumerate(texts)))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert all(r.status_code == 200 and "working on it" in r.json()["text"] for r, _ in responses)
+    commands = storage.list_commands(db)
+    assert sorted(c.command for c in commands) == sorted(texts)  # every acknowledged command was on disk
+    unanswered = [c for c in commands if c.result == "received"]
+
+    config.write_text(config.read_text().replace(LONG, SHORT))
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        await wait_for(lambda: all(c.result != "received" for c in storage.list_commands(db)), 60,
+                       what="every received command answered")
+        jobs = storage.list_jobs(db, ("queued", "running", "done", "failed"))
+        assert sorted(j.args["head_ref"] + " " + str(j.args["base_ref"]) for j in jobs) == sorted(
+            ["slow None", "noop None", "slow base", "noop base", "base slow"])  # exactly one job per command
+        assert all(c.result.startswith("queued job") for c in storage.list_commands(db))
+        # each command resumed after the restart got its parent message in the channel
+        for command in storage.list_commands(db):
+            await wait_for(lambda c=command: any(f"job {c.job_id}," in r.body.get("text", "")
+                                                 for r in emulator.recorded("chat.postMessage")), 30,
+                           what=f"the answer to command {command.id}")
+    finally:
+        await _stop(proc)
+        log.close()
+    assert proc.returncode == 0
+    assert "carrying it out" in (tmp_path / "bot.log").read_text() or not unanswered
+
+
+@pytest.mark.postgres
+async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_path, emulator, unused_tcp_port,
+                                                                           postgres_server):
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    url = postgres_server.url
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S)
+    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
+    db = storage.open_database(url)
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        await post_command(port, form("compare slow --modes baseline", trigger="p1", response_url=emulator.response_url()))
+        trial = await wait_for(lambda: next((t for t in _trials(db) if t.pgid), None), 60, what="the first launch")
+        await asyncio.to_thread(postgres_server.stop)  # the database goes away mid-run for about 20 s
+        await asyncio.sleep(20)
+        await asyncio.to_thread(postgres_server.start)
+        config.write_text(config.read_text().replace(LONG, SHORT))
+        job = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 180,
+                             what="job 1 done after the outage")
+        assert job.status == "done" and job.attempts == 1 and "database became unavailable" in job.reason
+        assert group_members(trial.pgid) == []
+        assert storage.load_run(db, trial.run_id).run.status == "interrupted"
+        # the host's worker is alive: a new command is queued and run
+        await post_command(port, form("compare noop --modes baseline", trigger="p2", response_url=emulator.response_url()))
+        second = await wait_for(lambda: (j := storage.get_job(db, 2)) and j.status in ("done", "failed") and j, 120,
+                                what="job 2 run after the outage")
+        assert second.status == "done", second.reason
+    finally:
+        await _stop(proc)
+        log.close()
+    assert proc.returncode == 0
+    thread = [p.body["text"] for p in emulator.recorded("chat.postMessage")
+              if p.body.get("thread_ts") == job.slack["thread_ts"]]
+    assert any("database became unavailable" in t and "engine was stopped" in t for t in thread), thread
+    assert any("queued again" in t for t in thread), thread
+    said = " ".join(p.body.get("text", "") for p in emulator.recorded("chat.postMessage")) + " ".join(
+        r.body.get("text", "") for r in emulator.recorded("response"))
+    assert "SELECT" not in said and "INSERT" not in said and "UPDATE" not in said and "[SQL" not in said
+    logged = (tmp_path / "bot.log").read_text()
+    assert "database unavailable" in logged and "Traceback" not in logged
+
+
+async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_crash_budget(tmp_path, emulator,
+                                                                                           unused_tcp_port):
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    url = f"sqlite:///{tmp_path}/bot.db"
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S)
+    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
+    db = storage.open_database(url)
+    first_post = True
+    for deploy in range(2):  # two deploys during one long job
+        proc, port = await start_bot(config, url, home, log)
+        try:
+            if first_post:
+                await post_command(port, form("compare slow --modes baseline", trigger="d1",
+                                              response_url=emulator.response_url()))
+                first_post = False
+            launched = len([t for t in _trials(db) if t.pgid])
+            await wait_for(lambda n=launched: len([t for t in _trials(db) if t.pgid]) > n, 60, what="a launch")
+            await asyncio.sleep(0.5)
+        finally:
+            await _stop(proc)
+        assert proc.returncode == 0
+        job = storage.get_job(db, 1)
+        assert (job.status, job.attempts) == ("queued", 0) and "stopped cleanly" in job.reason
+    config.write_text(config.read_text().replace(LONG, SHORT))
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        job = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 120,
+                             what="job 1 finished after two deploys")
+    finally:
+        await _stop(proc)
+        log.close()
+    assert job.status == "done" and job.attempts == 0, job.reason
+    thread = [p.body["text"] for p in emulator.recorded("chat.postMessage")
+              if p.body.get("thread_ts") == job.slack["thread_ts"]]
+    assert len([t for t in thread if "stopped cleanly" in t and "queued again" in t]) == 2, thread
+    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
