@@ -42,6 +42,25 @@ from bot._runs import reconcile_runs
 log = logging.getLogger("specperf.bot")
 
 
+async def every(interval_s: float, step, what: str) -> None:
+    """Await ``step()`` every ``interval_s`` seconds, forever; a database outage is logged once
+    when it starts and once when it ends (the next rounds retry)."""
+    failing = False
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await step()
+        except SQLAlchemyError as exc:
+            if not failing:
+                log.warning("%s: database unavailable (%s); retrying every %.0f s", what, storage.short_error(exc),
+                            interval_s)
+            failing = True
+            continue
+        if failing:
+            log.warning("%s: database available again", what)
+        failing = False
+
+
 class Notifier:
     """What the queue tells a front end; every method is optional (no-op here) and must not raise."""
 
@@ -181,12 +200,7 @@ class JobQueue:
         return reconciled
 
     async def _reconciler(self, interval_s: float) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.reconcile()
-            except SQLAlchemyError as exc:  # the next round tries again
-                log.warning("reconcile skipped: database unavailable (%s)", storage.short_error(exc))
+        await every(interval_s, self.reconcile, "reconciling dead owners' jobs")
 
     async def _notify(self, call) -> None:
         """Await a notifier call; a failure is logged, never raised into a worker."""

@@ -47,7 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import core
 import storage
 from bot._common import data_dir, fmt, pick
-from bot._jobs import JobQueue, Notifier, compare_request
+from bot._jobs import JobQueue, Notifier, compare_request, every
 from bot._runs import stored_report
 from bot._scheduler import BotScheduler
 from bot._slack_blocks import (
@@ -165,7 +165,10 @@ class SlackNotifier(Notifier):
                 await asyncio.wait_for(event.wait(), 120)
             except TimeoutError:
                 pass
-            job = await asyncio.to_thread(storage.get_job, self.db, job.id)
+            try:
+                job = await asyncio.to_thread(storage.get_job, self.db, job.id)
+            except SQLAlchemyError:  # a database outage: the thread known when the job was read
+                pass
         s = job.slack or {}
         return _Thread(s.get("channel", job.channel_id), s.get("thread_ts"), s.get("progress_ts"), s.get("response_url"))
 
@@ -335,7 +338,7 @@ class SlackBot:
         log.info("Slack: bot user %s in team %s", identity.get("user_id"), identity.get("team_id"))
         await self.queue.start()
         await self.resume_commands()
-        self._spawn(self._resumer(self.config.storage.owner_lease_s / 3))
+        self._spawn(every(self.config.storage.owner_lease_s / 3, self.resume_commands, "resuming received commands"))
         await self.schedules.start()  # or not: another bot process runs the schedules (status says so)
         if self.slack.mode == "http":
             server = web.Application()
@@ -549,13 +552,6 @@ class SlackBot:
             self._spawn(self._execute(cmd, who, row.command, row.payload or {}, host, engine, row.id))
         return taken
 
-    async def _resumer(self, interval_s: float) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.resume_commands()
-            except SQLAlchemyError as exc:  # the next round tries again
-                log.warning("resuming received commands skipped: database unavailable (%s)", storage.short_error(exc))
 
     def _job(self, kind: str, who, body, host: str, engine: str, args: dict) -> storage.Job:
         workload = pick(self.config.workloads, None, "workload", default="default")

@@ -47,7 +47,8 @@ def open_database(url: str) -> Engine:
     try:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url)
+        # pre-ping: a pooled connection a database restart cut is replaced, not handed out
+        engine = create_engine(url, pool_pre_ping=True)
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
         with engine.begin() as connection:

@@ -167,7 +167,8 @@ async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_pa
     repo = tmp_path / "engine-repo"
     make_repo(repo)
     url = postgres_server.url
-    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S)
+    # launches of a few seconds each: the run's bookkeeping meets the outage
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=SHORT, trials=6, lease_s=LEASE_S)
     home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
     db = storage.open_database(url)
     proc, port = await start_bot(config, url, home, log)
@@ -177,7 +178,6 @@ async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_pa
         await asyncio.to_thread(postgres_server.stop)  # the database goes away mid-run for about 20 s
         await asyncio.sleep(20)
         await asyncio.to_thread(postgres_server.start)
-        config.write_text(config.read_text().replace(LONG, SHORT))
         job = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 180,
                              what="job 1 done after the outage")
         assert job.status == "done" and job.attempts == 1 and "database became unavailable" in job.reason
