@@ -36,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
-from bot._common import open_host, owner
+from bot._common import open_host, owner, owner_alive
 from bot._runs import reconcile_runs
 
 log = logging.getLogger("specperf.bot")
@@ -185,7 +185,7 @@ class JobQueue:
         """
         closed = dict(await reconcile_runs(self.db, self.config))
         reconciled = []
-        for job in await asyncio.to_thread(storage.orphaned_jobs, self.db):
+        for job in await asyncio.to_thread(storage.orphaned_jobs, self.db, owner_alive(self.db)):
             reason = (f"the bot that ran it (pid {job.owner.get('pid')} on {job.owner.get('host')}) "
                       "stopped while this job ran")
             if job.run_id in closed:

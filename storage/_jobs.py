@@ -9,22 +9,23 @@ for the same job cannot both win, on SQLite or PostgreSQL. Every change commits 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from storage._models import CommandRecord, Job, ScheduleTick, SeenRequest, utcnow
-from storage._owners import identity, owner_alive
+from storage._owners import identity
 
 ACTIVE = ("queued", "running")
 
 
-def enqueue(engine: Engine, job: Job) -> Job | None:
+def enqueue(db: Engine, job: Job) -> Job | None:
     """Insert ``job`` as queued; ``None`` when a job with its ``dedupe_key`` already exists
     (a redelivered command)."""
     job.status = "queued"
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         session.add(job)
         try:
             session.commit()
@@ -34,12 +35,12 @@ def enqueue(engine: Engine, job: Job) -> Job | None:
         return job
 
 
-def claim_next(engine: Engine, host: str) -> Job | None:
+def claim_next(db: Engine, host: str) -> Job | None:
     """Mark the next queued job of ``host`` (lowest ``priority``, then oldest) running, owned by
     this process, and return it; ``None`` when none is queued. Atomic: a job is claimed by one
     caller only."""
     owner = identity().as_owner()
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         while True:
             job_id = session.exec(select(Job.id).where(Job.host == host, Job.status == "queued")
                                   .order_by(Job.priority, Job.id).limit(1)).first()
@@ -52,21 +53,21 @@ def claim_next(engine: Engine, host: str) -> Job | None:
                 return session.get(Job, job_id, populate_existing=True)
 
 
-def get_job(engine: Engine, job_id: int) -> Job | None:
+def get_job(db: Engine, job_id: int) -> Job | None:
     """The job ``job_id`` or ``None``."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         return session.get(Job, job_id)
 
 
-def job_for_run(engine: Engine, run_id: int) -> Job | None:
+def job_for_run(db: Engine, run_id: int) -> Job | None:
     """The job that made run ``run_id``, or ``None``."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         return session.exec(select(Job).where(Job.run_id == run_id)).first()
 
 
-def update_job(engine: Engine, job_id: int, **fields) -> Job:
+def update_job(db: Engine, job_id: int, **fields) -> Job:
     """Set ``fields`` on job ``job_id`` (``slack`` is merged, not replaced) and return it."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         job = session.get(Job, job_id)
         for key, value in fields.items():
             setattr(job, key, {**job.slack, **value} if key == "slack" else value)
@@ -77,46 +78,46 @@ def update_job(engine: Engine, job_id: int, **fields) -> Job:
         return job
 
 
-def cancel_queued(engine: Engine, job_id: int, reason: str) -> bool:
+def cancel_queued(db: Engine, job_id: int, reason: str) -> bool:
     """Cancel job ``job_id`` if it is still queued (atomic); whether it was."""
-    with Session(engine) as session:
+    with Session(db) as session:
         done = session.execute(update(Job).where(Job.id == job_id, Job.status == "queued")
                                .values(status="cancelled", reason=reason, finished_at=utcnow()))
         session.commit()
         return done.rowcount == 1
 
 
-def list_jobs(engine: Engine, statuses: tuple[str, ...] = ACTIVE, host: str | None = None,
+def list_jobs(db: Engine, statuses: tuple[str, ...] = ACTIVE, host: str | None = None,
               limit: int = 50) -> list[Job]:
     """Jobs in ``statuses`` (optionally of one host), oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         query = select(Job).where(Job.status.in_(statuses)).order_by(Job.id).limit(limit)
         if host:
             query = query.where(Job.host == host)
         return list(session.exec(query))
 
 
-def orphaned_jobs(engine: Engine) -> list[Job]:
-    """Jobs marked running whose bot process is gone (:func:`storage._owners.owner_alive`: its
-    lease expired, or its pid on this machine is gone): what a crash left, wherever it ran."""
-    return [job for job in list_jobs(engine, ("running",), limit=10_000) if not owner_alive(engine, job.owner)]
+def orphaned_jobs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[Job]:
+    """Jobs marked running whose bot process is gone (``owner_alive`` of its recorded owner is
+    false; the bot passes :func:`storage.owner_alive`): what a crash left, wherever it ran."""
+    return [job for job in list_jobs(db, ("running",), limit=10_000) if not (job.owner and owner_alive(job.owner))]
 
 
-def requeue(engine: Engine, job_id: int, reason: str) -> None:
+def requeue(db: Engine, job_id: int, reason: str) -> None:
     """Queue job ``job_id`` again after a clean stop of its bot (keeping its place; the crash
     re-queue budget ``attempts`` is not spent): its run is dropped, ``reason`` kept."""
-    with Session(engine) as session:
+    with Session(db) as session:
         job = session.get(Job, job_id)
         job.status, job.owner, job.run_id, job.started_at, job.reason = "queued", None, None, None, reason
         session.add(job)
         session.commit()
 
 
-def requeue_or_fail(engine: Engine, job_id: int, requeue: bool, reason: str) -> str:
+def requeue_or_fail(db: Engine, job_id: int, requeue: bool, reason: str) -> str:
     """Close an orphaned job as interrupted with ``reason``, then queue it again (keeping its
     place: the queue is by id) if ``requeue`` and it was never re-queued before, else fail it.
     Returns the new status, ``queued`` or ``failed``."""
-    with Session(engine) as session:
+    with Session(db) as session:
         job = session.get(Job, job_id)
         job.status, job.reason = "interrupted", reason
         session.add(job)
@@ -132,20 +133,20 @@ def requeue_or_fail(engine: Engine, job_id: int, requeue: bool, reason: str) -> 
         return job.status
 
 
-def record_command(engine: Engine, user_id: str, channel_id: str, team_id: str, command: str,
+def record_command(db: Engine, user_id: str, channel_id: str, team_id: str, command: str,
                    result: str, job_id: int | None = None) -> None:
     """Append one command to the audit table."""
-    with Session(engine) as session:
+    with Session(db) as session:
         session.add(CommandRecord(user_id=user_id, channel_id=channel_id, team_id=team_id, command=command,
                                   result=result, job_id=job_id))
         session.commit()
 
 
-def receive_command(engine: Engine, user_id: str, channel_id: str, team_id: str, command: str,
+def receive_command(db: Engine, user_id: str, channel_id: str, team_id: str, command: str,
                     payload: dict) -> int:
     """Record a command before it is acknowledged (``result`` ``received``, owned by this
     process) with ``payload`` (what carrying it out and answering it needs); its id."""
-    with Session(engine) as session:
+    with Session(db) as session:
         row = CommandRecord(user_id=user_id, channel_id=channel_id, team_id=team_id, command=command,
                             result="received", payload=payload, owner=identity().as_owner())
         session.add(row)
@@ -153,27 +154,28 @@ def receive_command(engine: Engine, user_id: str, channel_id: str, team_id: str,
         return row.id
 
 
-def answer_command(engine: Engine, command_id: int, result: str, job_id: int | None = None) -> None:
+def answer_command(db: Engine, command_id: int, result: str, job_id: int | None = None) -> None:
     """Record what came of received command ``command_id``."""
-    with Session(engine) as session:
+    with Session(db) as session:
         row = session.get(CommandRecord, command_id)
         row.result, row.job_id = result, job_id
         session.add(row)
         session.commit()
 
 
-def unanswered_commands(engine: Engine) -> list[CommandRecord]:
-    """Received commands whose owner died before answering them, oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+def unanswered_commands(db: Engine, owner_alive: Callable[[dict], bool]) -> list[CommandRecord]:
+    """Received commands whose owner died before answering them (``owner_alive`` of it is
+    false), oldest first."""
+    with Session(db, expire_on_commit=False) as session:
         rows = list(session.exec(select(CommandRecord).where(CommandRecord.result == "received")
                                  .order_by(CommandRecord.id)))
-    return [row for row in rows if not owner_alive(engine, row.owner)]
+    return [row for row in rows if not (row.owner and owner_alive(row.owner))]
 
 
-def take_command(engine: Engine, command: CommandRecord) -> bool:
+def take_command(db: Engine, command: CommandRecord) -> bool:
     """Make this process the owner of unanswered ``command`` (compare-and-set on its
     ``claims``); whether it won (another bot may take it first)."""
-    with Session(engine) as session:
+    with Session(db) as session:
         won = session.execute(update(CommandRecord).where(CommandRecord.id == command.id,
                                                           CommandRecord.result == "received",
                                                           CommandRecord.claims == command.claims)
@@ -182,40 +184,40 @@ def take_command(engine: Engine, command: CommandRecord) -> bool:
         return won.rowcount == 1
 
 
-def list_commands(engine: Engine, limit: int = 100) -> list[CommandRecord]:
+def list_commands(db: Engine, limit: int = 100) -> list[CommandRecord]:
     """The newest audited commands, oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         rows = list(session.exec(select(CommandRecord).order_by(CommandRecord.id.desc()).limit(limit)))
         return rows[::-1]
 
 
-def watch_jobs(engine: Engine, watch: str, limit: int = 20) -> list[Job]:
+def watch_jobs(db: Engine, watch: str, limit: int = 20) -> list[Job]:
     """The jobs queued by watch ``watch``, newest first (any status)."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         return list(session.exec(select(Job).where(Job.watch == watch).order_by(Job.id.desc()).limit(limit)))
 
 
-def record_tick(engine: Engine, schedule_id: str, result: str, job_id: int | None = None) -> None:
+def record_tick(db: Engine, schedule_id: str, result: str, job_id: int | None = None) -> None:
     """Append one run of scheduled job ``schedule_id`` to the schedule log."""
-    with Session(engine) as session:
+    with Session(db) as session:
         session.add(ScheduleTick(schedule_id=schedule_id, result=result, job_id=job_id))
         session.commit()
 
 
-def list_ticks(engine: Engine, schedule_id: str | None = None, limit: int = 100) -> list[ScheduleTick]:
+def list_ticks(db: Engine, schedule_id: str | None = None, limit: int = 100) -> list[ScheduleTick]:
     """The newest runs of scheduled jobs (of ``schedule_id`` only, if given), oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         query = select(ScheduleTick).order_by(ScheduleTick.id.desc()).limit(limit)
         if schedule_id:
             query = query.where(ScheduleTick.schedule_id == schedule_id)
         return list(session.exec(query))[::-1]
 
 
-def first_sight(engine: Engine, signature: str, window_s: float) -> bool:
+def first_sight(db: Engine, signature: str, window_s: float) -> bool:
     """Record the signed request ``signature`` as served; ``False`` when it was already served
     (a replay), also by an earlier bot process. Entries older than ``window_s`` (past which
     Slack's timestamp check refuses a request anyway) are removed."""
-    with Session(engine) as session:
+    with Session(db) as session:
         session.execute(delete(SeenRequest).where(SeenRequest.at < utcnow() - dt.timedelta(seconds=window_s)))
         session.add(SeenRequest(signature=signature))
         try:

@@ -93,11 +93,11 @@ def identity() -> Identity:
     return _current
 
 
-def renew(engine: Engine, lease_s: float, kind: str = "specperf") -> None:
+def renew(db: Engine, lease_s: float, kind: str = "specperf") -> None:
     """Register this process in ``owners`` (first call) or renew its lease until ``lease_s``
     seconds from now."""
     me = identity()
-    with Session(engine) as session:
+    with Session(db) as session:
         row = session.get(Owner, me.instance)
         if row is None:
             row = Owner(**{k: v for k, v in me.as_owner().items()}, kind=kind, lease_s=lease_s)
@@ -106,14 +106,14 @@ def renew(engine: Engine, lease_s: float, kind: str = "specperf") -> None:
         session.commit()
 
 
-def release(engine: Engine) -> None:
+def release(db: Engine) -> None:
     """Remove this process's lease (a clean exit): what it owned is orphaned at once."""
-    with Session(engine) as session:
+    with Session(db) as session:
         session.execute(delete(Owner).where(Owner.instance == identity().instance))
         session.commit()
 
 
-def owner_alive(engine: Engine, owner: dict | None, now: dt.datetime | None = None) -> bool:
+def owner_alive(db: Engine, owner: dict | None, now: dt.datetime | None = None) -> bool:
     """Whether the process recorded as ``owner`` (an :meth:`Identity.as_owner` dict) is alive;
     see the module docstring for the rule. ``None`` (no owner) is not alive.
 
@@ -135,35 +135,27 @@ def owner_alive(engine: Engine, owner: dict | None, now: dt.datetime | None = No
         return ticks is not None and ticks == owner.get("start_ticks")
     if owner.get("boot_id") and owner.get("host") == me.host and owner["boot_id"] != me.boot_id:
         return False  # this machine rebooted since
-    with Session(engine) as session:
+    with Session(db) as session:
         row = session.get(Owner, owner["instance"])
     if row is None:
         return False
-    renewed = row.renewed_at if row.renewed_at.tzinfo else row.renewed_at.replace(tzinfo=dt.timezone.utc)
+    renewed = row.renewed_at if row.renewed_at.tzinfo else row.renewed_at.replace(tzinfo=dt.UTC)
     return (now or utcnow()) - renewed <= dt.timedelta(seconds=row.lease_s)
-
-
-def forget_expired(engine: Engine, older_than_s: float = 86400.0) -> None:
-    """Delete lease rows not renewed for ``older_than_s`` seconds (long-dead processes)."""
-    cutoff = utcnow() - dt.timedelta(seconds=older_than_s)
-    with Session(engine) as session:
-        session.execute(delete(Owner).where(Owner.renewed_at < cutoff))
-        session.commit()
 
 
 _beating: dict[str, Heartbeat] = {}
 
 
-def keep_alive(engine: Engine, lease_s: float = DEFAULT_LEASE_S, kind: str = "specperf") -> Heartbeat:
-    """Start this process's :class:`Heartbeat` on ``engine``'s database, once per process and
+def keep_alive(db: Engine, lease_s: float = DEFAULT_LEASE_S, kind: str = "specperf") -> Heartbeat:
+    """Start this process's :class:`Heartbeat` on the database ``db``, once per process and
     database (later calls return the running one).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the first registration failed.
     """
-    key = f"{os.getpid()}:{engine.url}"
+    key = f"{os.getpid()}:{db.url}"
     if key not in _beating:
-        _beating[key] = Heartbeat(engine, lease_s, kind).start()
+        _beating[key] = Heartbeat(db, lease_s, kind).start()
     return _beating[key]
 
 
@@ -174,8 +166,8 @@ class Heartbeat:
     ``start()`` renews once first (and raises if that fails); ``stop()`` ends the thread and,
     with ``release``, removes the lease."""
 
-    def __init__(self, engine: Engine, lease_s: float = DEFAULT_LEASE_S, kind: str = "specperf") -> None:
-        self.engine, self.lease_s, self.kind = engine, lease_s, kind
+    def __init__(self, db: Engine, lease_s: float = DEFAULT_LEASE_S, kind: str = "specperf") -> None:
+        self.db, self.lease_s, self.kind = db, lease_s, kind
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -185,7 +177,7 @@ class Heartbeat:
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the first registration failed.
         """
-        renew(self.engine, self.lease_s, self.kind)
+        renew(self.db, self.lease_s, self.kind)
         self._thread = threading.Thread(target=self._beat, name="specperf-lease", daemon=True)
         self._thread.start()
         return self
@@ -194,7 +186,7 @@ class Heartbeat:
         failing = False
         while not self._stop.wait(self.lease_s / 3):
             try:
-                renew(self.engine, self.lease_s, self.kind)
+                renew(self.db, self.lease_s, self.kind)
             except SQLAlchemyError as exc:
                 if not failing:
                     log.warning("cannot renew this process's lease: %s", short_error(exc))
@@ -207,12 +199,12 @@ class Heartbeat:
     def stop(self, release_lease: bool = True) -> None:
         """Stop renewing; with ``release_lease``, remove the lease (errors ignored)."""
         self._stop.set()
-        _beating.pop(f"{os.getpid()}:{self.engine.url}", None)
+        _beating.pop(f"{os.getpid()}:{self.db.url}", None)
         if self._thread is not None:
             self._thread.join(5)
         if release_lease:
             try:
-                release(self.engine)
+                release(self.db)
             except SQLAlchemyError:
                 pass
 
