@@ -67,19 +67,25 @@ def _mode(args: argparse.Namespace, config: core.Config, engine: core.EngineConf
 
 async def run_bisect(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf bisect``: 0 when it names a culprit or finds nothing to bisect, 3 when
-    good or bad cannot be measured (bad refs raise git errors before anything runs)."""
+    good or bad cannot be measured (bad refs raise git errors before anything runs: before the
+    database is opened and the host lock taken)."""
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
         raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
     config = load_config(args.config)
     name, engine, rules = engine_and_rules(config, args.engine)
     workload_name = pick(config.workloads, args.workload, "workload", default="default")
-    db = database(config, args.db)
     async with open_host(config, args.host or engine.host) as host:
         request = core.BisectRequest(
             engine_name=name, engine=engine, workload_name=workload_name, workload=config.workload(workload_name),
             good_ref=args.good, bad_ref=args.bad, mode=_mode(args, config, engine, name),
             settings=_settings(args, config), host=host, triage_rules=rules, force_clean=args.force_clean,
         )
+        # every piece of user input is checked before any side effect (the database, the host lock)
+        if not engine.repo:
+            raise core.GitError(f"engine {name!r} has no repo; set engines.{name}.repo")
+        for ref in (args.good, args.bad):
+            await core.resolve_commit(host, engine.repo, ref)
+        db = database(config, args.db)
         async with host.lock(owner(f"bisect {args.good}..{args.bad}"), wait=not args.no_wait,
                              on_wait=lambda message: console.print(message, markup=False, highlight=False)):
             await reconcile(db, config, console)

@@ -4,13 +4,16 @@ and the runs it keeps."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
@@ -92,7 +95,10 @@ def _settings(args: argparse.Namespace, config: core.Config) -> core.CompareConf
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
     except ValueError as exc:
-        raise core.ConfigError(f"bad compare option: {exc.errors()[0]['msg']}") from None
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error.get("loc") else ""
+        option = f"--{field.replace('_', '-')}" if field in overrides else f"[compare].{field}" if field else "an option"
+        raise core.ConfigError(f"bad compare option {option}: {error['msg']}") from None
 
 
 class _ConsoleStore(storage.RunStore):
@@ -157,7 +163,10 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
                           "runs here" + ("" if host.is_local else ", through an SSH tunnel") + ")",
                           markup=False, highlight=False)
             pin_client(config, console)
-            result = await core.compare(request, store, shas=(base_sha, head_sha))
+            try:
+                result = await core.compare(request, store, shas=(base_sha, head_sha))
+            except SQLAlchemyError as exc:  # the engine is stopped by now (core's launch context)
+                raise await storage_failed(db, run_id, exc) from None
     title = f"run {run_id}: {name} {head_sha[:12]} vs {base_sha[:12]}"
     if result.status == "failed":
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
@@ -168,6 +177,26 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     environment = {"arms_differ": result.arm_env_diff, "drift": result.drift}
     _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings, environment), trials, title)
     return 0
+
+
+async def storage_failed(db, run_id: int | None, exc: SQLAlchemyError,
+                         retry_s: float = 30.0) -> storage.StorageError:
+    """The one-line error for a database failure during run ``run_id``, after marking the run
+    failed (retried for up to ``retry_s`` seconds while the database stays unavailable; if it
+    never answers, the run is left for the next specperf to close, which the message says)."""
+    reason = f"the database failed during the run ({storage.short_error(exc)})"
+    if run_id is None:
+        return storage.StorageError(reason)
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            await asyncio.to_thread(storage.mark_abandoned, db, run_id, reason, "failed")
+            return storage.StorageError(f"{reason}; its engines were stopped and run {run_id} is marked failed")
+        except SQLAlchemyError:
+            if time.monotonic() > deadline:
+                return storage.StorageError(f"{reason}; its engines were stopped; run {run_id} could not be marked "
+                                            "and will be closed by the next specperf that opens the database")
+            await asyncio.sleep(1.0)
 
 
 async def reconcile(db, config: core.Config, console: Console) -> None:

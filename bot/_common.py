@@ -14,6 +14,10 @@ import core
 import storage
 
 
+class SlackUnavailableError(core.SpecperfError):
+    """Slack could not be reached, or kept answering with server errors, after bounded retries."""
+
+
 def data_dir() -> Path:
     """specperf's data directory: ``$SPECPERF_HOME``, else ``$XDG_DATA_HOME/specperf``."""
     if home := os.environ.get("SPECPERF_HOME"):
@@ -25,10 +29,12 @@ def pick(table: dict, given: str | None, what: str, default: str | None = None) 
     """``given``, else ``default`` when configured, else the only entry of ``table``.
 
     Raises:
-        core.ConfigError: several entries and none chosen.
+        core.ConfigError: none configured, or several and none chosen.
     """
     if given:
         return given
+    if not table:
+        raise core.ConfigError(f"no {what} is configured; add a [{what}s.<name>] table to the config")
     if default and default in table:
         return default
     if len(table) == 1:

@@ -25,7 +25,6 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
     AsyncSingleTeamAuthorization,
 )
 from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -33,7 +32,7 @@ import core
 import storage
 from bot._jobs import JobQueue, every
 from bot._scheduler import BotScheduler
-from bot._slack_client import check_config, web_client
+from bot._slack_client import check_config, check_slack, web_client
 from bot._slack_handlers import SlackCommands
 from bot._slack_notifier import SlackNotifier
 
@@ -78,12 +77,10 @@ class SlackBot:
         or connect (Socket Mode).
 
         Raises:
-            core.ConfigError: Slack refused the bot token.
+            core.ConfigError: Slack refused the bot token or the app token.
+            SlackUnavailableError: Slack unreachable or failing after bounded retries.
         """
-        try:
-            identity = await self.client.auth_test()
-        except SlackApiError as exc:
-            raise core.ConfigError(f"Slack refused the bot token: {exc.response.get('error')}") from None
+        identity = await check_slack(self.client, self.slack)
         # bolt would call auth.test on the first command, before its ack: give it the answer now
         for middleware in getattr(self.app, "_async_middleware_list", []):
             if isinstance(middleware, AsyncSingleTeamAuthorization):

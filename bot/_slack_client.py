@@ -16,7 +16,39 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import core
+from bot._common import SlackUnavailableError
 from bot._settings import SlackConfig
+
+
+async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> dict:
+    """``auth.test`` with the bot token, and in Socket Mode ``apps.connections.open`` with the
+    app token, each retried by the client (server errors 5 times, connection errors 3 times);
+    returns ``auth.test``'s answer.
+
+    Raises:
+        core.ConfigError: Slack refused the bot token or the app token (the reason Slack gave).
+        SlackUnavailableError: Slack unreachable or answering server errors after the retries.
+    """
+    calls = [("bot token", client.auth_test)]
+    if slack.mode == "socket":
+        app = AsyncWebClient(token=slack.app_token.get_secret_value(), base_url=slack.api_url,
+                             retry_handlers=client.retry_handlers)
+        calls.append(("app token", app.apps_connections_open))
+    answers = []
+    for what, call in calls:
+        try:
+            answers.append(await call())
+        except SlackApiError as exc:
+            status = exc.response.status_code
+            if status >= 500 or status == 429:
+                raise SlackUnavailableError(f"Slack answered HTTP {status} to the {what} check at {slack.api_url} "
+                                            "after 5 retries; try again later") from None
+            error = exc.response.get("error") if isinstance(exc.response.data, dict) else f"HTTP {status}"
+            raise core.ConfigError(f"Slack refused the {what}: {error}") from None
+        except (OSError, TimeoutError) as exc:  # aiohttp's connection errors are OSErrors
+            raise SlackUnavailableError(f"Slack unreachable at {slack.api_url} after 3 retries: "
+                                        f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
+    return answers[0]
 
 
 def check_config(slack: SlackConfig) -> None:

@@ -1,8 +1,9 @@
 """The ``specperf`` terminal command: parses arguments, runs one subcommand, maps errors to
 exit statuses. Each subcommand lives in its own ``bot/_cmd_*.py`` module.
 
-Exit status: 0 success, 2 usage or config error, 3 engine error, 4 invalid measurement,
-5 host error (unreachable, refused, busy), 130 interrupted.
+Exit status: 0 success, 2 usage, config or database error, 3 engine error, 4 invalid measurement,
+5 host error (unreachable, refused, busy; also Slack unreachable or failing at bot start-up),
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import uvloop
 from rich.console import Console
 from rich.text import Text
+from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
@@ -27,6 +29,7 @@ from bot import (
     _cmd_report,
     _cmd_triage,
 )
+from bot._common import SlackUnavailableError
 
 EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_HOST, EXIT_INTERRUPTED = 2, 3, 4, 5, 130
 _FAILURES = (
@@ -36,6 +39,7 @@ _FAILURES = (
     (core.InvalidSampleError, "invalid measurement", EXIT_INVALID),
     (core.EngineError, "engine error", EXIT_ENGINE),
     (core.HostError, "host error", EXIT_HOST),
+    (SlackUnavailableError, "Slack error", EXIT_HOST),
 )
 
 
@@ -64,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                              ("error", EXIT_USAGE))
         errors.print(Text(f"{label}: ", style="bold red") + Text(str(exc)))
         return status
+    except SQLAlchemyError as exc:  # the database failed after it was opened (locked, gone)
+        errors.print(Text("storage error: ", style="bold red") + Text(f"the database failed: {storage.short_error(exc)}"))
+        return EXIT_USAGE
     except KeyboardInterrupt:
         errors.print("interrupted; engines started by this command were stopped (a run is marked interrupted)")
         return EXIT_INTERRUPTED

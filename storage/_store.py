@@ -27,6 +27,7 @@ from core import (
 )
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 from storage._owners import identity, keep_alive
+from storage._redact import redact
 
 
 class RunStore(CompareObserver):
@@ -53,7 +54,7 @@ class RunStore(CompareObserver):
                 base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
                 head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes), host=request.host.name,
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
-                          "engine": request.engine.model_dump(), "host_where": request.host.where,
+                          "engine": redact(request.engine.model_dump()), "host_where": request.host.where,
                           "client": "local" if request.host.is_local else "here, through an SSH tunnel",
                           "owner": identity().as_owner(), **(extra or {})},
             )
@@ -73,7 +74,7 @@ class RunStore(CompareObserver):
     def trial_launched(self, arm, seq, process) -> None:
         with Session(self.db) as session:
             row = Trial(run_id=self.run_id, arm_id=self._arm_id(session, arm), seq=seq, pgid=process.pgid,
-                        argv=process.argv, log_path=str(process.log_path))
+                        argv=redact(list(process.argv)), log_path=str(process.log_path))
             session.add(row)
             session.flush()
             for snapshot_id in self._unlinked.pop(seq, []):
@@ -112,7 +113,7 @@ class RunStore(CompareObserver):
             else:  # failed before launch (no build, no import)
                 row = Trial(run_id=self.run_id, arm_id=self._arm_id(session, arm), seq=seq)
             row.status = "failed"
-            row.error = error
+            row.error = redact(error)
             session.add(row)
             session.commit()
 
@@ -128,8 +129,8 @@ class RunStore(CompareObserver):
         with Session(self.db) as session:
             run = session.get(Run, self.run_id)
             run.status = result.status
-            run.reason = result.reason
-            run.log_tail = result.log_tail
+            run.reason = redact(result.reason)
+            run.log_tail = redact(result.log_tail)
             run.finished_at = utcnow()
             for role, imported in result.imported.items():
                 for arm in session.exec(select(Arm).where(Arm.run_id == self.run_id, Arm.role == role)):
@@ -175,7 +176,7 @@ class BisectStore(BisectObserver):
                 kind="bisect", engine_name=r.engine_name, workload_name=r.workload_name, host=r.host.name,
                 base_ref=r.good_ref, base_sha=good_sha, head_ref=r.bad_ref, head_sha=bad_sha, modes=[r.mode],
                 settings={"compare": r.settings.model_dump(), "workload": r.workload.model_dump(),
-                          "engine": r.engine.model_dump(),
+                          "engine": redact(r.engine.model_dump()),
                           "owner": identity().as_owner(),
                           "bisect": {"mode": r.mode, "commits": commits, "steps": []}},
             )
@@ -266,11 +267,12 @@ def abandoned_runs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[tupl
         return found
 
 
-def mark_abandoned(db: Engine, run_id: int, reason: str) -> None:
-    """Close an abandoned run and its running trials as interrupted, with ``reason``."""
+def mark_abandoned(db: Engine, run_id: int, reason: str, status: str = "interrupted") -> None:
+    """Close an abandoned run as ``status`` (interrupted, or failed) and its running trials as
+    interrupted, with ``reason``."""
     with Session(db) as session:
         run = session.get(Run, run_id)
-        run.status, run.reason, run.finished_at = "interrupted", reason, utcnow()
+        run.status, run.reason, run.finished_at = status, reason, utcnow()
         for trial in session.exec(select(Trial).where(Trial.run_id == run_id, Trial.status == "running")):
             trial.status = "interrupted"
             session.add(trial)

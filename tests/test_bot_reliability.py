@@ -240,3 +240,179 @@ async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_cr
               if p.body.get("thread_ts") == job.slack["thread_ts"]]
     assert len([t for t in thread if "stopped cleanly" in t and "queued again" in t]) == 2, thread
     assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+
+
+LOCKER = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("ROLLBACK")
+"""
+
+
+async def test_a_database_locked_mid_compare_is_one_line_exit_2_and_the_run_marked(tmp_path, emulator,
+                                                                                  unused_tcp_port):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, SPECPERF
+
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    path = tmp_path / "runs.db"
+    url = f"sqlite:///{path}"
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=SHORT, trials=6)
+    db = storage.open_database(url)
+    proc = subprocess.Popen([*SPECPERF, "--config", str(config), "compare", "slow", "--modes", "baseline", "--db", url],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        trial = await wait_for(lambda: next((t for t in _trials(db) if t.pgid), None), 60, what="the first launch")
+        # another process holds the database for 12 s: the compare's next write fails (SQLite's 5 s wait)
+        locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), "12"], stdout=subprocess.PIPE, text=True)
+        assert (await asyncio.to_thread(locker.stdout.readline)).strip() == "locked"
+        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+        locker.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("storage error: the database failed during the run"), err
+    assert "database is locked" in lines[0] and "SELECT" not in err and "UPDATE" not in err and "INSERT" not in err
+    assert f"run {trial.run_id} is marked failed" in lines[0]
+    run = storage.load_run(db, trial.run_id).run
+    assert run.status == "failed" and "database is locked" in run.reason
+    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+
+
+async def test_malformed_requests_are_refused_with_one_short_log_line_and_replays_survive_a_restart(
+        tmp_path, emulator, unused_tcp_port):
+    from tests.slack_emulator import signed_headers
+
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    url = f"sqlite:///{tmp_path}/bot.db"
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url)
+    home, log_path = tmp_path / "home", tmp_path / "bot.log"
+    log = open(log_path, "w")
+    proc, port = await start_bot(config, url, home, log)
+    good = form("queue", trigger="q1", response_url=emulator.response_url())
+    signed = signed_headers(good)
+    try:
+        bad = [
+            ({**signed, "X-Slack-Request-Timestamp": "12ab"}, good),  # malformed timestamp
+            ({**signed, "X-Slack-Signature": "v0=\u00e9".encode("latin-1")}, good),  # non-ASCII signature
+            ({**signed, "X-Slack-Signature": "v0=" + "0" * 64}, good),  # wrong signature
+            ({k: v for k, v in signed.items() if k != "X-Slack-Signature"}, good),  # none
+        ]
+        big = form("compare " + "a" * (1 << 20))
+        for _ in range(10):
+            for headers, body in bad:
+                response, _ = await post_command(port, body, headers)
+                assert response.status_code == 401, response.text
+            response, _ = await post_command(port, big)  # validly signed, 1 MB
+            assert response.status_code == 400
+        garbled = b"\xff\xfe%%%=&&"
+        response, _ = await post_command(port, garbled)  # validly signed, not a form at all
+        assert response.status_code == 400
+        long_ref, _ = await post_command(port, form("compare " + "r" * 300, trigger="l1"))  # a 300-character ref
+        assert long_ref.status_code == 200 and "at most 255" in long_ref.json()["text"]
+        long_text, _ = await post_command(port, form("compare x " + "y" * 3000, trigger="l2"))
+        assert long_text.status_code == 200 and "at most 2,000 are read" in long_text.json()["text"]
+        first, _ = await post_command(port, good, signed)
+        assert first.status_code == 200
+    finally:
+        await _stop(proc)
+    # the same signed request after a restart, inside Slack's 5-minute window: refused
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        replay, _ = await post_command(port, good, signed)
+        assert replay.status_code == 401 and "replayed" in replay.text
+    finally:
+        await _stop(proc)
+        log.close()
+    logged = log_path.read_text()
+    refusals = [line for line in logged.splitlines() if " HTTP 40" in line]
+    assert len(refusals) == 10 * 5 + 2 and "Traceback" not in logged
+    assert max(len(line) for line in logged.splitlines()) < 500
+    assert [c.command for c in storage.list_commands(storage.open_database(url))].count("queue") == 1
+
+
+def test_bisect_checks_its_refs_before_opening_the_database(tmp_path, repo):
+    import subprocess
+
+    from tests.bot_support import write_config
+    from tests.conftest import ROOT, SPECPERF
+
+    config = write_config(tmp_path, repo[0], 1, "http://127.0.0.1:1/api/")
+    for good, bad in (("base;touch /tmp/x", "slow"), ("base", "no-such-ref")):
+        path = tmp_path / "runs.db"
+        done = subprocess.run([*SPECPERF, "--config", str(config), "bisect", good, bad, "--db", f"sqlite:///{path}",
+                               "--no-wait"], cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.startswith("git error:"), done.stderr
+        assert not path.exists()  # nothing was made, no lock taken
+
+
+def test_secrets_from_the_environment_are_never_stored(tmp_path, repo, unused_tcp_port):
+    import json
+    import subprocess
+
+    from tests.conftest import ROOT, SPECPERF
+
+    config = write_config(tmp_path, repo[0], unused_tcp_port, "http://127.0.0.1:1/api/", trials=1)
+    text = config.read_text()
+    text = text.replace('env = { PYTHONPATH', 'env = { HF_TOKEN = "${HF_TOKEN}", LABEL = "run-${VLLM_API_KEY}", PYTHONPATH')
+    text = text.replace('command = ["{python}", "-m"', 'command = ["{python}", "-X", "tag=${VLLM_API_KEY}", "-m"')
+    config.write_text(text.replace("[compare]\nmin_trials = 1\nmax_trials = 1", "[compare]\nmin_trials = 2\nmax_trials = 2"))
+    url = f"sqlite:///{tmp_path}/runs.db"
+    secrets = {"HF_TOKEN": "hf_secretvalue123", "VLLM_API_KEY": "sk-apikey456789"}
+    done = subprocess.run([*SPECPERF, "--config", str(config), "compare", "slow", "--modes", "baseline", "--db", url],
+                          cwd=ROOT, env={**os.environ, **secrets, "SPECPERF_HOME": str(tmp_path / "home")},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    db = storage.open_database(url)
+    run = storage.load_run(db, 1)
+    stored = json.dumps(run.run.settings) + json.dumps([t.argv for t in run.trials])
+    assert all(value not in stored for value in secrets.values())
+    assert run.run.settings["engine"]["env"]["HF_TOKEN"] == "<redacted>"
+    assert run.run.settings["engine"]["env"]["LABEL"] == "run-<redacted>"
+    assert "tag=<redacted>" in run.trials[0].argv
+
+
+@pytest.mark.parametrize("case", ["auth-500", "unreachable", "app-token-refused"])
+async def test_bot_start_up_against_a_misbehaving_slack_is_one_line_and_an_exit_status(tmp_path, emulator, repo,
+                                                                                     unused_tcp_port, case):
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT, SPECPERF
+
+    api_url, mode = emulator.api_url, "http"
+    if case == "auth-500":
+        emulator.script("auth.test", *[500] * 6)  # the first call and its 5 retries
+    elif case == "unreachable":
+        api_url = f"http://127.0.0.1:{unused_tcp_port}/api/"  # nothing listens there
+    else:
+        emulator.script("apps.connections.open", "invalid_auth")
+        mode = "socket"
+    config = write_config(tmp_path, repo[0], unused_tcp_port, api_url, mode=mode)
+    start = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *SPECPERF, "--config", str(config), "bot", "--db", f"sqlite:///{tmp_path}/bot.db", cwd=ROOT,
+        env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    seconds = time.monotonic() - start
+    errors = [line for line in err.decode().splitlines() if "error" in line.lower()]
+    assert "Traceback" not in err.decode() and out.decode() == "", err.decode()
+    assert len(errors) == 1, err.decode()
+    if case == "app-token-refused":
+        assert proc.returncode == 2 and errors[0] == "config error: Slack refused the app token: invalid_auth"
+    elif case == "auth-500":
+        assert proc.returncode == 5 and errors[0].startswith("Slack error: Slack answered HTTP 500 to the bot token")
+    else:
+        assert proc.returncode == 5 and errors[0].startswith("Slack error: Slack unreachable at")
+    assert seconds < 60  # bounded retries
