@@ -31,9 +31,7 @@ async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> dict:
     """
     calls = [("bot token", client.auth_test)]
     if slack.mode == "socket":
-        app = AsyncWebClient(token=slack.app_token.get_secret_value(), base_url=slack.api_url,
-                             retry_handlers=client.retry_handlers)
-        calls.append(("app token", app.apps_connections_open))
+        calls.append(("app token", lambda: client.apps_connections_open(app_token=slack.app_token.get_secret_value())))
     answers = []
     for what, call in calls:
         try:

@@ -42,21 +42,28 @@ def _bot_pid(proc) -> int:
     return psutil.Process(proc.pid).children()[0].pid
 
 
+def _setup(tmp_path, emulator, port: int, url: str | None = None, **config_options):
+    """The fake engine's repository and a bot config for it (``write_config`` options), the
+    database URL (default: SQLite in ``tmp_path``), data directory, open bot log and database:
+    (config, url, home, log, db)."""
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    url = url or f"sqlite:///{tmp_path}/bot.db"
+    config = write_config(tmp_path, repo, port, emulator.api_url, **config_options)
+    return config, url, tmp_path / "home", open(tmp_path / "bot.log", "w"), storage.open_database(url)
+
+
 async def _stop(proc) -> None:
     if proc.poll() is None:
         os.kill(_bot_pid(proc), signal.SIGTERM)
         await asyncio.to_thread(proc.wait, 60)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="unshare of UTS and PID namespaces needs root")
 async def test_a_bot_restarted_as_a_new_container_reclaims_the_dead_bots_job(tmp_path, emulator, unused_tcp_port):
-    repo = tmp_path / "engine-repo"
-    make_repo(repo)
-    url = f"sqlite:///{tmp_path}/bot.db"
-    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S,
-                          slack_extra="requeue_interrupted = true\n")
-    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
-    db = storage.open_database(url)
+    if os.geteuid() != 0:
+        pytest.fail("this test runs the bot in new UTS and PID namespaces (unshare): run it as root")
+    config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, workload=LONG, lease_s=LEASE_S,
+                                        slack_extra="requeue_interrupted = true\n")
 
     # 1. the bot under host name box-a is killed mid-run; its engine lives on
     proc, port = await start_bot(config, url, home, log, _container("box-a", False))
@@ -118,12 +125,7 @@ async def test_a_bot_restarted_as_a_new_container_reclaims_the_dead_bots_job(tmp
 
 async def test_commands_acknowledged_before_a_kill_are_all_carried_out_after_restart(tmp_path, emulator,
                                                                                       unused_tcp_port):
-    repo = tmp_path / "engine-repo"
-    make_repo(repo)
-    url = f"sqlite:///{tmp_path}/bot.db"
-    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S)
-    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
-    db = storage.open_database(url)
+    config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, workload=LONG, lease_s=LEASE_S)
     proc, port = await start_bot(config, url, home, log)
     texts = [f"compare {ref} --modes baseline" for ref in ("slow", "noop", "slow --base base", "noop --base base",
                                                            "base --base slow")]
@@ -164,13 +166,9 @@ async def test_commands_acknowledged_before_a_kill_are_all_carried_out_after_res
 @pytest.mark.postgres
 async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_path, emulator, unused_tcp_port,
                                                                            postgres_server):
-    repo = tmp_path / "engine-repo"
-    make_repo(repo)
-    url = postgres_server.url
     # launches of a few seconds each: the run's bookkeeping meets the outage
-    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=SHORT, trials=6, lease_s=LEASE_S)
-    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
-    db = storage.open_database(url)
+    config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, url=postgres_server.url, workload=SHORT,
+                                        trials=6, lease_s=LEASE_S)
     proc, port = await start_bot(config, url, home, log)
     try:
         await post_command(port, form("compare slow --modes baseline", trigger="p1", response_url=emulator.response_url()))
@@ -205,12 +203,7 @@ async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_pa
 
 async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_crash_budget(tmp_path, emulator,
                                                                                            unused_tcp_port):
-    repo = tmp_path / "engine-repo"
-    make_repo(repo)
-    url = f"sqlite:///{tmp_path}/bot.db"
-    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, workload=LONG, lease_s=LEASE_S)
-    home, log = tmp_path / "home", open(tmp_path / "bot.log", "w")
-    db = storage.open_database(url)
+    config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, workload=LONG, lease_s=LEASE_S)
     first_post = True
     for deploy in range(2):  # two deploys during one long job
         proc, port = await start_bot(config, url, home, log)
@@ -273,7 +266,7 @@ async def test_a_database_locked_mid_compare_is_one_line_exit_2_and_the_run_mark
         # another process holds the database for 12 s: the compare's next write fails (SQLite's 5 s wait)
         locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), "12"], stdout=subprocess.PIPE, text=True)
         assert (await asyncio.to_thread(locker.stdout.readline)).strip() == "locked"
-        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+        _out, err = await asyncio.to_thread(proc.communicate, timeout=120)
         locker.wait(30)
     finally:
         if proc.poll() is None:
