@@ -136,12 +136,12 @@ class SlackBot:
             return self._refuse(request, 401, "missing or malformed X-Slack-Request-Timestamp")
         if not (signature.isascii() and signature.startswith("v0=") and len(signature) == 67):
             return self._refuse(request, 401, "missing or malformed X-Slack-Signature")
-        if not self._verifier.is_valid(body, timestamp, signature):
-            return self._refuse(request, 401, "invalid or stale Slack signature")
         try:
             text = body.decode()
         except UnicodeDecodeError:
             return self._refuse(request, 400, "request body is not UTF-8")
+        if not self._verifier.is_valid(text, timestamp, signature):
+            return self._refuse(request, 401, "invalid or stale Slack signature")
         try:
             fresh = await asyncio.to_thread(storage.first_sight, self.db, signature, 2 * SIGNATURE_WINDOW_S)
         except SQLAlchemyError as exc:
