@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import core
 import storage
-from bot._common import owner, pick
+from bot._common import pick
 from bot._runs import reconcile_runs
 
 
@@ -52,18 +52,13 @@ def choose(config: core.Config, engine: str | None = None, workload: str | None 
 
 
 def resolve_modes(config: core.Config, engine_name: str, modes: list[str] | None) -> list[str]:
-    """The modes to measure: ``modes``, else ``[compare].modes`` that the engine has.
+    """The modes to measure: ``modes``, else ``[compare].modes`` that the engine has (the rule
+    of :func:`core.engine_modes`, the only one).
 
     Raises:
         core.ConfigError: the engine lacks one of them, or none is left.
     """
-    engine = config.engine(engine_name)
-    wanted = list(modes) if modes else [m for m in config.compare.modes if m in engine.modes]
-    missing = [m for m in wanted if m not in engine.modes]
-    if missing or not wanted:
-        raise core.ConfigError(f"engine {engine_name!r} has no mode {', '.join(missing) or '(none chosen)'} "
-                               f"(its modes: {', '.join(engine.modes)})")
-    return wanted
+    return core.engine_modes(config, engine_name, modes)
 
 
 def bisect_mode(config: core.Config, engine_name: str, mode: str | None) -> str:
@@ -228,7 +223,7 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
     """
-    async with request.host.lock(owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+    async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         store = storage.RunStore(db)
         run_id = await asyncio.to_thread(store.create, request, *shas)
@@ -261,7 +256,7 @@ async def bisect(config: core.Config, db, request: core.BisectRequest, session: 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
     """
-    async with request.host.lock(owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+    async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         store, started = storage.BisectStore(db, request), _Started()
         if session.before_run is not None:
