@@ -13,9 +13,9 @@ from rich.text import Text
 import core
 import storage
 from bot import _app as app
-from bot._cmd_compare import ConsoleProgress, cli_session, cli_settings
+from bot._cmd_compare import ConsoleProgress, cli_session, cli_settings, experiment_args
 from bot._cmd_triage import engine_and_rules
-from bot._common import database, host_args, open_host
+from bot._common import database, open_host
 from bot._report_view import print_bisect
 from bot._settings import load_config
 
@@ -26,14 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("good", help="the last good commit (SHA, branch or tag)")
     b.add_argument("bad", help="the first known bad commit; GOOD must be an ancestor on its first-parent line")
     b.add_argument("--mode", help="the mode to bisect (default: baseline, else the engine's first mode)")
-    b.add_argument("--engine", help="engine name from the config (default: the only one)")
-    b.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
-    b.add_argument("--min-trials", type=int, help="launches per arm before a verdict, per compare")
-    b.add_argument("--max-trials", type=int, help="launches per arm at most, per compare (INCONCLUSIVE retries double it)")
-    b.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
+    experiment_args(b, "per arm, per compare,", " (INCONCLUSIVE retries double it)")
     b.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     b.add_argument("--json", help="also write the bisect report as JSON here")
-    host_args(b)
     b.set_defaults(run=run_bisect)
 
 

@@ -33,13 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("compare", help="measure a commit against its base, interleaved, and give a verdict per mode")
     c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
     c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
-    c.add_argument("--engine", help="engine name from the config (default: the only one)")
-    c.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
     c.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
-    c.add_argument("--min-trials", type=int, help="launches per arm and mode before a verdict")
-    c.add_argument("--max-trials", type=int, help="launches per arm and mode at most")
-    c.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
-    host_args(c)
+    experiment_args(c, "per arm and mode", "")
     _output_args(c)
     c.set_defaults(run=run_compare)
 
@@ -54,6 +49,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--limit", type=int, default=20)
     h.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     h.set_defaults(run=run_history)
+
+
+def experiment_args(parser: argparse.ArgumentParser, per: str, more: str) -> None:
+    """``--engine``, ``--workload``, the trial options (launches ``per`` ..., ``more`` after the
+    maximum's help) and the host options: what every measuring command takes."""
+    parser.add_argument("--engine", help="engine name from the config (default: the only one)")
+    parser.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
+    parser.add_argument("--min-trials", type=int, help=f"launches {per} before a verdict")
+    parser.add_argument("--max-trials", type=int, help=f"launches {per} at most{more}")
+    parser.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
+    host_args(parser)
 
 
 def _run_id(text: str) -> int:
