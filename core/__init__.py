@@ -207,6 +207,7 @@ from core._probe import (
 from core._probe import (
     probe_script_text as probe_script_text,
 )
+from core._report import CompareReport
 from core._report import render_chart as render_chart
 from core._report import summarize as summarize
 from core._series import Series as Series
@@ -251,6 +252,7 @@ from core._stats import (
 from core._stats import (
     unpaired_shift as unpaired_shift,
 )
+from core._summary import RegressionSummary
 from core._summary import build_summary as build_summary
 from core._summary import render_trend_chart as render_trend_chart
 from core._triage import FileTriage as FileTriage
@@ -293,6 +295,8 @@ __all__ = [
     "HostConfig",
     "CompareConfig",
     "CompareResult",
+    "CompareReport",
+    "RegressionSummary",
     "RunStatus",
     "Verdict",
     "VerdictKind",
