@@ -25,5 +25,13 @@ from bot._settings import (
     parse_config,
 )
 
-__all__ = ["load_config", "parse_config", "BotConfig", "SlackConfig", "SlackAllow", "AllowList", "ScheduleConfig",
-           "WatchConfig"]
+__all__ = [
+    "AllowList",
+    "BotConfig",
+    "ScheduleConfig",
+    "SlackAllow",
+    "SlackConfig",
+    "WatchConfig",
+    "load_config",
+    "parse_config",
+]
