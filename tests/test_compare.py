@@ -16,6 +16,7 @@ from sqlmodel import Session, select
 
 import core
 import storage
+from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
 from tests.fake_engine_repo import fake_engine
 
@@ -226,3 +227,75 @@ def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unu
     with Session(db) as session:
         first = session.get(storage.Run, 1)
     assert first.status == "interrupted" and "ended without finishing" in first.reason
+
+
+# The compare's logic in about a second a compare: core.testing.FakeHost runs each engine
+# launch as an in-process exact-rate server whose inter-token latency the test decides, with
+# real git worktrees, the real benchmark client and the real statistics. Effects are planted
+# large (2x) with a 10% margin, so the verdicts hold on a loaded machine.
+
+FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, warmup_requests=0)
+FAST_SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0, margin_pct=10.0)
+
+
+def fake_request(repo, host: FakeHost, head: str, modes=("baseline", "eagle3")) -> core.CompareRequest:
+    path, _ = repo
+    return core.CompareRequest(
+        engine_name="fake", engine=fake_engine_config(path, {"baseline": [], "eagle3": ["--spec"]}),
+        workload_name="w", workload=FAST_WORKLOAD, head_ref=head, base_ref=None, modes=list(modes),
+        settings=FAST_SETTINGS, host=host,
+    )
+
+
+def launched(host: FakeHost, shas: dict[str, str]) -> list[tuple[str, str]]:
+    """(tag, mode) of each launch on the fake host, in order."""
+    tags = {sha: tag for tag, sha in shas.items()}
+    return [(tags[launch.sha], "eagle3" if "--spec" in launch.argv else "baseline") for launch in host.launches]
+
+
+async def test_launches_go_abba_by_mode_and_round_and_stop_once_decided(repo, tmp_path):
+    path, shas = repo
+    host = FakeHost(tmp_path / "work", lambda launch: 40.0 if launch.sha == shas["slow"] else 20.0)
+    result = await core.compare(fake_request(repo, host, "slow"))
+    assert result.status == "done", result.reason
+    assert {m: v.verdict for m, v in result.verdicts.items()} == {"baseline": core.REGRESSION, "eagle3": core.REGRESSION}
+    assert all(v.n_pairs == 4 for v in result.verdicts.values())  # decided at min_trials: no extra round
+    abba = [("noop", "{m}"), ("slow", "{m}"), ("slow", "{m}"), ("noop", "{m}")]
+    round_ = [(t, m.format(m=mode)) for mode in ("baseline", "eagle3") for t, m in abba]
+    assert launched(host, shas) == round_ * 2
+
+
+async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_one_stops(repo, tmp_path):
+    path, shas = repo
+    heads: dict[str, int] = {}
+
+    def itl_ms(launch) -> float:
+        mode = "eagle3" if "--spec" in launch.argv else "baseline"
+        if launch.sha != shas["slow"]:
+            return 20.0
+        if mode == "eagle3":
+            return 40.0
+        # baseline: the commit is alternately much faster and much slower than its base, so
+        # the pairs disagree and no number of them settles the verdict
+        heads[mode] = heads.get(mode, 0) + 1
+        return 14.0 if heads[mode] % 2 else 28.0
+
+    host = FakeHost(tmp_path / "work", itl_ms)
+    result = await core.compare(fake_request(repo, host, "slow"))
+    assert result.status == "done", result.reason
+    baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
+    assert eagle3.verdict == core.REGRESSION and eagle3.n_pairs == 4
+    assert baseline.verdict == core.INCONCLUSIVE and baseline.n_pairs == 8 == FAST_SETTINGS.max_trials
+    modes = [mode for _, mode in launched(host, shas)]
+    # rounds 1-2: both modes; rounds 3-4: the undecided baseline alone
+    assert modes == ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 8
+
+
+async def test_a_commit_whose_engine_never_starts_ends_the_run_as_failed(repo, tmp_path):
+    path, shas = repo
+    host = FakeHost(tmp_path / "work", lambda launch: None if launch.sha == shas["slow"] else 20.0)
+    result = await core.compare(fake_request(repo, host, "slow"))
+    assert result.status == "failed" and result.verdicts == {}
+    assert "exited with status 1 before it was ready" in result.reason
+    assert "illegal memory access" in result.log_tail
+    assert launched(host, shas) == [("noop", "baseline"), ("slow", "baseline")]  # nothing after the failure
