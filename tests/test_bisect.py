@@ -43,6 +43,7 @@ def request_for(planted, port: int, good: str, bad: str) -> core.BisectRequest:
     )
 
 
+@pytest.mark.e2e
 async def test_bisect_names_the_planted_commit_within_the_bound(planted, tmp_path, unused_tcp_port):
     _, shas, _ = planted
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
@@ -122,6 +123,7 @@ async def test_bad_ranges_fail_before_anything_runs(planted, tmp_path, unused_tc
     assert storage.list_runs(db) == [] and not (tmp_path / "work").exists()
 
 
+@pytest.mark.e2e
 def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, unused_tcp_port):
     """Through the ``specperf bisect`` command: c8..c16 all carry the slow step."""
     path, shas, _ = planted
@@ -156,6 +158,7 @@ def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, u
     assert [v.verdict for v in compare_run.verdicts] == [core.NO_CHANGE]
 
 
+@pytest.mark.e2e
 def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unused_tcp_port):
     path, _, _ = planted
     config = long_running_config(tmp_path, path, unused_tcp_port)

@@ -53,6 +53,7 @@ async def run(request: core.CompareRequest, db_url: str) -> tuple[core.CompareRe
     return await core.compare(request, store, shas=shas), run_id
 
 
+@pytest.mark.e2e
 async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     for attempt in range(3):
@@ -63,6 +64,7 @@ async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
             assert verdict.verdict == core.NO_CHANGE, (attempt, mode, verdict)
 
 
+@pytest.mark.e2e
 async def test_slower_commit_is_a_regression_in_both_modes(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"),
@@ -79,6 +81,7 @@ async def test_slower_commit_is_a_regression_in_both_modes(repo, tmp_path, unuse
     assert all(group_members(t.pgid) == [] for t in stored.trials)
 
 
+@pytest.mark.e2e
 async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     url = f"sqlite:///{tmp_path}/db.sqlite"
@@ -102,6 +105,7 @@ async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused
     assert "speedup over baseline" in out.stdout
 
 
+@pytest.mark.e2e
 async def test_commit_that_fails_to_start_is_a_failed_run(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     url = f"sqlite:///{tmp_path}/db.sqlite"
@@ -115,6 +119,7 @@ async def test_commit_that_fails_to_start_is_a_failed_run(repo, tmp_path, unused
     assert stored.verdicts == []
 
 
+@pytest.mark.e2e
 async def test_worktrees_are_reused_and_the_checkout_untouched(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     (path / "src/fake_engine.py").write_text("# the user's uncommitted edit\n")
@@ -135,6 +140,7 @@ BAD_REFS = ["HEAD; touch {canary}", "--upload-pack=touch {canary}", "$(touch {ca
             "HEAD`touch {canary}`"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("bad", BAD_REFS)
 @pytest.mark.parametrize("where", ["commit", "--base"])
 def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_port, bad, where):
@@ -157,6 +163,7 @@ def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_p
     assert not (home / "work").exists() and not (home / "specperf.db").exists()  # nothing ran, nothing stored
 
 
+@pytest.mark.e2e
 def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     config = long_running_config(tmp_path, path, unused_tcp_port)
@@ -179,6 +186,7 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
     assert trial.status == "interrupted"
 
 
+@pytest.mark.e2e
 async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     engine = fake_engine(path, unused_tcp_port, ROOT).model_copy(update={
@@ -205,6 +213,7 @@ async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo
     assert "missing header cuda.h" in result.log_tail
 
 
+@pytest.mark.e2e
 def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     config = long_running_config(tmp_path, path, unused_tcp_port)
