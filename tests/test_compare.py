@@ -3,6 +3,7 @@ worktrees, ABBA launches, verdicts, storage, failures and interrupts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -64,28 +65,38 @@ async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
             assert verdict.verdict == core.NO_CHANGE, (attempt, mode, verdict)
 
 
+@pytest.fixture(scope="module")
+def slow_compare(tmp_path_factory):
+    """One compare of ``slow`` against its parent in both modes on the fast fake engine, shared
+    by the tests that read it: (repo path, {tag: SHA}, result, run id, database URL, port)."""
+    from tests.conftest import free_port
+    from tests.fake_engine_repo import make_repo
+
+    root = tmp_path_factory.mktemp("slow-compare")
+    shas = make_repo(root / "engine-repo")
+    port, url = free_port(), f"sqlite:///{root}/db.sqlite"
+    result, run_id = asyncio.run(run(request_for(root / "engine-repo", port, "slow", None, root / "work"), url))
+    return root / "engine-repo", shas, result, run_id, url, port
+
+
 @pytest.mark.e2e
-async def test_slower_commit_is_a_regression_in_both_modes(repo, tmp_path, unused_tcp_port):
-    path, shas = repo
-    result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"),
-                               f"sqlite:///{tmp_path}/db.sqlite")
+def test_slower_commit_is_a_regression_in_both_modes(slow_compare):
+    path, shas, result, run_id, url, port = slow_compare
     assert (result.base_sha, result.head_sha) == (shas["noop"], shas["slow"])  # base: first parent
     for verdict in result.verdicts.values():
         assert verdict.verdict == core.REGRESSION
         assert -12.0 < verdict.change_pct < -6.0  # ITL x1.1 is -9.1% tok/s
     # ABBA within each mode, the same port for every launch
-    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
+    stored = storage.load_run(storage.open_database(url), run_id)
     roles = [stored.arms[t.arm_id].role for t in stored.trials if stored.arms[t.arm_id].mode == "baseline"]
     assert roles[:4] == ["base", "head", "head", "base"]
-    assert all(f"--port {unused_tcp_port}" in " ".join(t.argv) for t in stored.trials)
+    assert all(f"--port {port}" in " ".join(t.argv) for t in stored.trials)
     assert all(group_members(t.pgid) == [] for t in stored.trials)
 
 
 @pytest.mark.e2e
-async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused_tcp_port):
-    path, _ = repo
-    url = f"sqlite:///{tmp_path}/db.sqlite"
-    result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"), url)
+def test_stored_run_recomputes_to_the_same_verdicts(slow_compare, tmp_path):
+    path, shas, result, run_id, url, port = slow_compare
     stored = storage.load_run(storage.open_database(url), run_id)
     assert stored.run.status == "done"
     assert {v.mode: v.verdict for v in stored.verdicts} == {m: v.verdict for m, v in result.verdicts.items()}
