@@ -109,7 +109,7 @@ class FakeHost(LocalHost):
         except FileNotFoundError:
             return CommandResult(list(argv), 127, "", f"{argv[0]}: not found")
         stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout_s)
-        return CommandResult(list(argv), proc.returncode, stdout.decode(errors="replace"),
+        return CommandResult(list(argv), proc.returncode or 0, stdout.decode(errors="replace"),
                              stderr.decode(errors="replace"))
 
     def snapshot(self, cheap: bool) -> dict:
@@ -133,6 +133,7 @@ class FakeHost(LocalHost):
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
+            assert task is not None  # a connection is served in a task of its own
             connections.add(task)
             try:
                 await server.handle(reader, writer)
