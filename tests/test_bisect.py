@@ -179,7 +179,8 @@ def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unus
 
 
 # The bisect's logic on core.testing.FakeHost: every compare is in-process launches with real
-# worktrees and statistics, about a second each; the effect is planted at 2x (10% margin).
+# worktrees and statistics, about a second each; the effect is planted at 3x slower tokens
+# with a 25% margin, so that verdicts hold on a loaded machine.
 
 FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, warmup_requests=0)
 
@@ -190,14 +191,14 @@ def fake_bisect(path, shas: dict[str, str], work, good: str, bad: str, itl_ms, m
     return core.BisectRequest(
         engine_name="fake", engine=fake_engine_config(path), workload_name="w", workload=FAST_WORKLOAD,
         good_ref=good, bad_ref=bad, mode="baseline", host=host, triage_rules=None,
-        settings=core.CompareConfig(min_trials=4, max_trials=max_trials, cooldown_s=0, margin_pct=10.0),
+        settings=core.CompareConfig(min_trials=4, max_trials=max_trials, cooldown_s=0, margin_pct=25.0),
     ), host
 
 
 def planted_itl(shas: dict[str, str], slow_from: int, broken: int | None = None):
-    """ITL 20 ms up to c<slow_from - 1>, 40 ms from c<slow_from> on; c<broken> never starts."""
+    """ITL 20 ms up to c<slow_from - 1>, 60 ms from c<slow_from> on; c<broken> never starts."""
     index = {sha: int(tag[1:]) if tag.startswith("c") else 0 for tag, sha in shas.items()}
-    return lambda launch: None if index[launch.sha] == broken else 40.0 if index[launch.sha] >= slow_from else 20.0
+    return lambda launch: None if index[launch.sha] == broken else 60.0 if index[launch.sha] >= slow_from else 20.0
 
 
 async def test_fake_host_bisect_finds_the_culprit_within_the_bound_and_skips_a_broken_commit(planted, tmp_path):
@@ -221,7 +222,7 @@ async def test_fake_host_bisect_skips_a_commit_that_stays_inconclusive_with_twic
         if launch.sha != shas["c2"]:
             return slow(launch)
         noisy.append(1)  # c2 is alternately much faster and slower than good: never settles
-        return 14.0 if len(noisy) % 2 else 28.0
+        return 10.0 if len(noisy) % 2 else 40.0
 
     request, host = fake_bisect(tmp_path / "repo", shas, tmp_path / "work", "good", "c4", itl_ms, max_trials=4)
     result = await core.bisect(request)

@@ -252,10 +252,10 @@ def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unu
 # The compare's logic in about a second a compare: core.testing.FakeHost runs each engine
 # launch as an in-process exact-rate server whose inter-token latency the test decides, with
 # real git worktrees, the real benchmark client and the real statistics. Effects are planted
-# large (2x) with a 10% margin, so the verdicts hold on a loaded machine.
+# large (3x slower tokens) with a 25% margin, so the verdicts hold on a loaded machine.
 
 FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, warmup_requests=0)
-FAST_SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0, margin_pct=10.0)
+FAST_SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0, margin_pct=25.0)
 
 
 def fake_request(repo, host: FakeHost, head: str, modes=("baseline", "eagle3")) -> core.CompareRequest:
@@ -275,7 +275,7 @@ def launched(host: FakeHost, shas: dict[str, str]) -> list[tuple[str, str]]:
 
 async def test_launches_go_abba_by_mode_and_round_and_stop_once_decided(repo, tmp_path):
     path, shas = repo
-    host = FakeHost(tmp_path / "work", lambda launch: 40.0 if launch.sha == shas["slow"] else 20.0)
+    host = FakeHost(tmp_path / "work", lambda launch: 60.0 if launch.sha == shas["slow"] else 20.0)
     result = await core.compare(fake_request(repo, host, "slow"))
     assert result.status == "done", result.reason
     assert {m: v.verdict for m, v in result.verdicts.items()} == {"baseline": core.REGRESSION, "eagle3": core.REGRESSION}
@@ -294,11 +294,11 @@ async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_o
         if launch.sha != shas["slow"]:
             return 20.0
         if mode == "eagle3":
-            return 40.0
+            return 60.0
         # baseline: the commit is alternately much faster and much slower than its base, so
         # the pairs disagree and no number of them settles the verdict
         heads[mode] = heads.get(mode, 0) + 1
-        return 14.0 if heads[mode] % 2 else 28.0
+        return 10.0 if heads[mode] % 2 else 40.0
 
     host = FakeHost(tmp_path / "work", itl_ms)
     result = await core.compare(fake_request(repo, host, "slow"))
