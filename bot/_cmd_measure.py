@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
             )
     print_trial(console, trial)
     out = Path(args.json) if args.json else home / "results" / (
-        f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
+        f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(trial.to_dict(), indent=2))
     console.print(f"results written to {out}")

@@ -22,9 +22,9 @@ from bot import _app as app
 from bot._common import fmt, pick
 from bot._jobs import JobQueue, compare_request
 from bot._slack_commands import HELP, Command, UsageError, parse
+from bot._slack_notifier import SlackNotifier, queued_by
 
 log = logging.getLogger("specperf.bot")
-from bot._slack_notifier import SlackNotifier, queued_by
 
 IO_SLOTS = 2  # commands doing database or git work at once, after their ack
 
