@@ -18,6 +18,8 @@ from tests.bot_support import form, post_command, start_bot, wait_for, write_con
 from tests.conftest import group_members
 from tests.fake_engine_repo import make_repo
 
+pytestmark = pytest.mark.e2e  # every test runs specperf (the bot or the CLI) as a process
+
 LONG = "output_len = 2000\nrequests = 50\nwarmup_requests = 0\n"
 SHORT = "output_len = 64\nrequests = 4\nwarmup_requests = 1\n"
 LEASE_S = 3
@@ -163,7 +165,6 @@ async def test_commands_acknowledged_before_a_kill_are_all_carried_out_after_res
     assert "carrying it out" in (tmp_path / "bot.log").read_text() or not unanswered
 
 
-@pytest.mark.postgres
 async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_path, emulator, unused_tcp_port,
                                                                            postgres_server):
     # launches of a few seconds each: the run's bookkeeping meets the outage
@@ -205,7 +206,7 @@ async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_cr
                                                                                            unused_tcp_port):
     config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, workload=LONG, lease_s=LEASE_S)
     first_post = True
-    for deploy in range(2):  # two deploys during one long job
+    for _deploy in range(2):  # two deploys during one long job
         proc, port = await start_bot(config, url, home, log)
         try:
             if first_post:
