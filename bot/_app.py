@@ -16,6 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import pydantic
+
 import core
 import storage
 from bot._common import pick
@@ -86,7 +88,7 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
                                    ("margin_pct", margin_pct)) if v is not None}
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
-    except ValueError as exc:
+    except pydantic.ValidationError as exc:
         error = exc.errors()[0]
         field = str(error["loc"][0]) if error.get("loc") else ""
         option = f"--{field.replace('_', '-')}" if field in overrides else f"[compare].{field}" if field else "an option"

@@ -67,7 +67,7 @@ async def run_bisect(args: argparse.Namespace, console: Console) -> int:
                                      args.force_clean)
         # every piece of user input is checked before any side effect (the database, the host lock)
         for ref in (args.good, args.bad):
-            await core.resolve_commit(host, request.engine.repo, ref)
+            await core.resolve_commit(host, request.engine.repo or "", ref)
         db = database(config, args.db)
         store, result = await app.bisect(config, db, request,
                                          cli_session(args, console, f"bisect {args.good}..{args.bad}"),

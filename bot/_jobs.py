@@ -166,7 +166,8 @@ class JobQueue:
         closed = dict(await reconcile_runs(self.db, self.config))
         reconciled = []
         for job in await asyncio.to_thread(storage.orphaned_jobs, self.db, owner_alive(self.db)):
-            reason = (f"the bot that ran it (pid {job.owner.get('pid')} on {job.owner.get('host')}) "
+            owner = job.owner or {}
+            reason = (f"the bot that ran it (pid {owner.get('pid')} on {owner.get('host')}) "
                       "stopped while this job ran")
             if job.run_id in closed:
                 reason += f" (run {job.run_id}: {closed[job.run_id].split('; ', 1)[-1]})"

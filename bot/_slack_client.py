@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -29,9 +30,12 @@ async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> dict:
         core.ConfigError: Slack refused the bot token or the app token (the reason Slack gave).
         SlackUnavailableError: Slack unreachable or answering server errors after the retries.
     """
-    calls = [("bot token", client.auth_test)]
+    async def app_token_check():
+        return await client.apps_connections_open(app_token=slack.app_token.get_secret_value())
+
+    calls: list[tuple[str, Callable[[], Awaitable]]] = [("bot token", client.auth_test)]
     if slack.mode == "socket":
-        calls.append(("app token", lambda: client.apps_connections_open(app_token=slack.app_token.get_secret_value())))
+        calls.append(("app token", app_token_check))
     answers = []
     for what, call in calls:
         try:
@@ -46,7 +50,8 @@ async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> dict:
         except (OSError, TimeoutError) as exc:  # aiohttp's connection errors are OSErrors
             raise SlackUnavailableError(f"Slack unreachable at {slack.api_url} after 3 retries: "
                                         f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
-    return answers[0]
+    identity = answers[0].data
+    return identity if isinstance(identity, dict) else {}
 
 
 def check_config(slack: SlackConfig) -> None:

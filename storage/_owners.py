@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import Engine, delete
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from storage._models import Owner, utcnow
 
@@ -109,7 +109,7 @@ def renew(db: Engine, lease_s: float, kind: str = "specperf") -> None:
 def release(db: Engine) -> None:
     """Remove this process's lease (a clean exit): what it owned is orphaned at once."""
     with Session(db) as session:
-        session.execute(delete(Owner).where(Owner.instance == identity().instance))
+        session.execute(delete(Owner).where(col(Owner.instance) == identity().instance))
         session.commit()
 
 
