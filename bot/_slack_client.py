@@ -15,16 +15,17 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncServerErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 import core
 from bot._common import SlackUnavailableError
 from bot._settings import SlackConfig
 
 
-async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> dict:
+async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> AsyncSlackResponse:
     """``auth.test`` with the bot token, and in Socket Mode ``apps.connections.open`` with the
     app token, each retried by the client (server errors 5 times, connection errors 3 times);
-    returns ``auth.test``'s answer.
+    returns ``auth.test``'s response (slack-bolt's authorization middleware reads its headers).
 
     Raises:
         core.ConfigError: Slack refused the bot token or the app token (the reason Slack gave).
@@ -50,8 +51,7 @@ async def check_slack(client: AsyncWebClient, slack: SlackConfig) -> dict:
         except (OSError, TimeoutError) as exc:  # aiohttp's connection errors are OSErrors
             raise SlackUnavailableError(f"Slack unreachable at {slack.api_url} after 3 retries: "
                                         f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
-    identity = answers[0].data
-    return identity if isinstance(identity, dict) else {}
+    return answers[0]
 
 
 def check_config(slack: SlackConfig) -> None:
