@@ -67,3 +67,39 @@ def test_unreachable_database_is_one_clear_error_without_the_password(url):
 def test_sqlite_in_a_folder_that_cannot_exist():
     with pytest.raises(storage.StorageError, match="cannot open database sqlite:////proc/nope/x.db"):
         storage.open_database("sqlite:////proc/nope/x.db")
+
+
+def test_owner_liveness_by_identity_and_lease(tmp_path):
+    import datetime as dt
+    import subprocess
+    import sys
+    import time
+
+    from sqlmodel import Session
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/owners.db")
+    me = storage.identity().as_owner()
+    assert storage.owner_alive(db, me)  # this process
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = {**me, "instance": "gone", "pid": child.pid}
+    assert not storage.owner_alive(db, gone)  # this PID namespace: its pid is gone, no lease needed
+    assert not storage.owner_alive(db, {**me, "instance": "reused", "start_ticks": me["start_ticks"] + 1})
+    # another PID namespace (a container): only the lease counts
+    elsewhere = {**me, "instance": "elsewhere", "pid_ns": "pid:[1]", "pid": 1}
+    assert not storage.owner_alive(db, elsewhere)  # it never took a lease
+    now = dt.datetime.now(dt.UTC)
+    with Session(db) as session:
+        session.add(storage.Owner(instance="elsewhere", pid=1, host="box", boot_id=me["boot_id"], pid_ns="pid:[1]",
+                                  renewed_at=now, lease_s=2.0))
+        session.commit()
+    assert storage.owner_alive(db, elsewhere, now + dt.timedelta(seconds=1))
+    assert not storage.owner_alive(db, elsewhere, now + dt.timedelta(seconds=3))  # its lease ran out
+    heartbeat = storage.keep_alive(db, lease_s=2.0)  # this process's own lease, renewed by a thread
+    time.sleep(2.5)
+    with Session(db) as session:
+        renewed = session.get(storage.Owner, me["instance"]).renewed_at
+    assert dt.datetime.now(dt.UTC) - renewed.replace(tzinfo=dt.UTC) < dt.timedelta(seconds=1.5)
+    heartbeat.stop()
+    with Session(db) as session:
+        assert session.get(storage.Owner, me["instance"]) is None  # released on a clean stop
