@@ -192,6 +192,8 @@ class JobQueue:
 
     async def _run(self, job: storage.Job) -> None:
         run_id = None
+        request: core.CompareRequest | core.BisectRequest
+        result: core.CompareResult | core.BisectResult
         try:
             host = self.host(job.host)
             # the same lock as the CLI's: a terminal compare on this host makes the job wait
