@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import pydantic
+from pydantic import ValidationError
 
 import core
 import storage
@@ -88,7 +88,7 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
                                    ("margin_pct", margin_pct)) if v is not None}
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
-    except pydantic.ValidationError as exc:
+    except ValidationError as exc:
         raise core.ConfigError(f"bad compare option: {exc.errors()[0]['msg']}") from None
 
 
@@ -204,7 +204,7 @@ class Session:
 
     doing: str
     wait: bool = True
-    on_wait: Callable[[str], object] | None = None
+    on_wait: Callable[[str], None] | None = None
     reconciled: Callable[[int, str], None] | None = None
     before_run: Callable[[core.Config], None] | None = None
 

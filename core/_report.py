@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import TypedDict
 
 from core._config import CompareConfig
 from core._stats import ArmTrial, Speedup, Verdict, speedup, speedup_change
@@ -84,7 +84,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
     """
     modes: dict[str, ModeReport] = {}
     for mode, arms in trials.items():
-        modes[mode] = cast(ModeReport, {
+        modes[mode] = {  # type: ignore[assignment]  # the roles are base and head
             role: {
                 "trials": len(arm),
                 "output_tok_s": _median([t.output_tok_s for t in arm]),
@@ -93,7 +93,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "output_tok_s_all": [t.output_tok_s for t in arm],
             }
             for role, arm in arms.items()
-        })
+        }
         if mode in verdicts:
             modes[mode]["verdict"] = dataclasses.asdict(verdicts[mode])
     speedups: dict[str, SpeedupReport] = {}

@@ -195,7 +195,7 @@ class Host(ABC):
             raise HostError(f"cannot create {path} on host {self.name}: {result.stderr.strip()}")
 
     @asynccontextmanager
-    async def lock(self, owner: dict, *, wait: bool = True, on_wait: Callable[[str], object] | None = None,
+    async def lock(self, owner: dict, *, wait: bool = True, on_wait: Callable[[str], None] | None = None,
                    poll_s: float = 2.0) -> AsyncIterator[None]:
         """Hold the host's experiment lock (one experiment per host at a time) for the block.
 
