@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import pydantic
+from pydantic import ValidationError
 
 import core
 import storage
@@ -88,7 +88,7 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
                                    ("margin_pct", margin_pct)) if v is not None}
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
-    except pydantic.ValidationError as exc:
+    except ValidationError as exc:
         error = exc.errors()[0]
         field = str(error["loc"][0]) if error.get("loc") else ""
         option = f"--{field.replace('_', '-')}" if field in overrides else f"[compare].{field}" if field else "an option"
@@ -129,7 +129,7 @@ def bisect_request(config: core.Config, choice: Choice, host: core.Host, good_re
 class CompareObservers(core.CompareObserver):
     """Every hook of a compare passed to each observer in turn (storage's recorder first)."""
 
-    def __init__(self, *observers: core.CompareObserver) -> None:
+    def __init__(self, *observers: core.CompareObserver | None) -> None:
         self.observers = [o for o in observers if o is not None]
 
     def started(self, base_sha, head_sha) -> None:
@@ -169,7 +169,7 @@ class BisectObservers(core.BisectObserver):
     """Every hook of a bisect passed to each observer in turn (storage's recorder first); each
     step's compare is observed by all of their compare observers."""
 
-    def __init__(self, *observers: core.BisectObserver) -> None:
+    def __init__(self, *observers: core.BisectObserver | None) -> None:
         self.observers = [o for o in observers if o is not None]
 
     def started(self, good_sha, bad_sha, commits) -> None:
@@ -207,7 +207,7 @@ class Session:
 
     doing: str
     wait: bool = True
-    on_wait: Callable[[str], object] | None = None
+    on_wait: Callable[[str], None] | None = None
     reconciled: Callable[[int, str], None] | None = None
     before_run: Callable[[core.Config], None] | None = None
 
