@@ -149,5 +149,6 @@ async def test_sigterm_mid_run_stops_the_bot_cleanly(tmp_path, emulator, unused_
     assert proc.returncode == 0
     assert group_members(trial.pgid) == []
     first = storage.get_job(db, 1)
-    assert (first.status, first.attempts) == ("queued", 1) and "the bot was stopped" in first.reason
+    # a clean stop re-queues without spending the crash re-queue (issue 14)
+    assert (first.status, first.attempts) == ("queued", 0) and "stopped cleanly" in first.reason
     assert [j.status for j in storage.list_jobs(db)] == ["queued", "queued", "queued"]
