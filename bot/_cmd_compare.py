@@ -122,7 +122,7 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
           trials: dict, title: str) -> None:
     print_report(console, report, title)
     chart = Path(args.chart) if args.chart else data_dir() / "charts" / f"run-{run_id}.png"
-    core.render_chart(trials, chart, title)
+    core.render_chart(trials, chart, title, report.get("launches"))
     console.print(f"chart: {chart}", markup=False)
     if args.json:
         Path(args.json).write_text(json.dumps({"run_id": run_id, **report}, indent=2))
@@ -165,8 +165,9 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
             console.print(result.log_tail, markup=False, highlight=False)
         return 3
     trials = core.figures(result)
-    environment = {"arms_differ": result.arm_env_diff, "drift": result.drift}
-    _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings, environment), trials, title)
+    report = core.summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
+                            result.launches(), result.disturbed)
+    _emit(console, args, run_id, report, trials, title)
     return 0
 
 

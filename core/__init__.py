@@ -10,7 +10,9 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     measure, TrialResult
     parse_decode_line, DecodeLogLine
     compare, resolve_refs, CompareRequest, CompareResult, CompareObserver, Arm, CompareConfig,
-    StorageConfig, verdict_for, arm_trial, figures, drift_lines, summarize, render_chart
+    StorageConfig, verdict_for, arm_trial, figures, kept, judge_compare, summarize, render_chart,
+    launch_rows
+    DisturbanceConfig, Disturbance, Culprit, judge_window, judge_trials, culprit_lines, WindowMonitor
     decide, Verdict, ArmTrial, speedup, speedup_change, Speedup, REGRESSION, IMPROVEMENT,
     NO_CHANGE, INCONCLUSIVE
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
@@ -40,15 +42,18 @@ from core._compare import (
     CompareResult,
     arm_trial,
     compare,
-    drift_lines,
     figures,
+    judge_compare,
+    kept,
     resolve_refs,
     verdict_for,
 )
+from core._disturbance import Culprit, Disturbance, culprit_lines, judge_trials, judge_window
 from core._config import (
     AllowList,
     CompareConfig,
     Config,
+    DisturbanceConfig,
     EngineConfig,
     HostConfig,
     ScheduleConfig,
@@ -107,7 +112,7 @@ from core._probe import (
     probe_options,
     probe_script_text,
 )
-from core._report import render_chart, summarize
+from core._report import launch_rows, render_chart, summarize
 from core._series import Series, SeriesPoint, env_changes
 from core._sglang_log import DecodeLogLine, parse_decode_line
 from core._stats import (
@@ -126,6 +131,7 @@ from core._stats import (
 )
 from core._summary import build_summary, render_trend_chart
 from core._triage import FileTriage, TriageEntry, TriageReport, triage
+from core._window import WindowMonitor
 from core._worktree_engine import BuildError
 
 __all__ = [
@@ -138,7 +144,7 @@ __all__ = [
     "TrialResult", "measure",
     "DecodeLogLine", "parse_decode_line",
     "Arm", "CompareObserver", "CompareRequest", "CompareResult", "arm_trial", "compare", "resolve_refs",
-    "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
+    "verdict_for", "figures", "kept", "judge_compare", "CompareConfig", "StorageConfig", "summarize", "render_chart", "launch_rows",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
     "GitError", "check_ref_text", "BuildError", "first_parent_order", "first_parent_range", "resolve_commit", "branch_head",
@@ -151,5 +157,6 @@ __all__ = [
     "TriageModelRule", "TriageDefault",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",
+    "DisturbanceConfig", "Disturbance", "Culprit", "judge_window", "judge_trials", "culprit_lines", "WindowMonitor",
     "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",
 ]

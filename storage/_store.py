@@ -145,8 +145,8 @@ class RunStore(CompareObserver):
             session.commit()
 
     def snapshot(self, phase: str, data: dict, seq: int | None) -> None:
-        """Store an environment snapshot: ``arm-base``/``arm-head`` (full, per arm) or
-        ``before``/``after`` a launch (cheap; linked to that trial once it exists)."""
+        """Store an environment snapshot: ``arm-base``/``arm-head`` (full, per arm) or the
+        ``window`` monitor's document of a launch (linked to that trial)."""
         with Session(self.engine) as session:
             row = EnvSnapshot(run_id=self.run_id, trial_id=self._trials.get(seq), phase=phase, data=data)
             session.add(row)
