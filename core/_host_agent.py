@@ -490,7 +490,7 @@ class Nvml:
 
     def counters(self):
         """Per device ``{"violation_ns": {policy: ns}, "clock_event_ns": {reason: ns},
-        "reference_ns": ns, "unsupported": {name: reason}}``."""
+        "unsupported": {name: reason}}``."""
         out = []
         for h in self.handles:
             dev = {"violation_ns": {}, "clock_event_ns": {}, "unsupported": {}}
@@ -498,7 +498,6 @@ class Nvml:
                 try:
                     v = self.nv.nvmlDeviceGetViolationStatus(h, getattr(self.nv, const))
                     dev["violation_ns"][name] = int(v.violationTime)
-                    dev["reference_ns"] = int(v.referenceTime)
                 except Exception as exc:  # noqa: BLE001 - NotSupported, or missing from this pynvml
                     dev["unsupported"]["violation." + name] = type(exc).__name__
             fields = [(name, getattr(self.nv, const, None)) for name, const in CLOCK_EVENT_FIELDS]
@@ -567,7 +566,9 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
     (busy time of the engine's CPUs that no live thread accounts for).
 
     Returns ``{"window_s", "host_cpus", "engine_cpus", "cpu": {...}, "foreign_processes":
-    [{"pid", "user", "command", "cpu_s", "engine_cpus_cpu_s"}], "memory": {...}, "gpu": {...}}``
+    [{"pid", "user", "command", "cpu_s", "engine_cpus_cpu_s"}], "memory": {...}, "gpu": {...}}``;
+    the foreign processes are the ``top`` by CPU time on the engine's CPUs and the ``top`` by
+    CPU time anywhere, most on the engine's CPUs first
     (see ``core/_window.py`` for the meaning of each figure).
     """
     chain = [first] + list(samples) + [last]
@@ -603,7 +604,9 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
     capacity_host = window_s * len(cpus)
     capacity_engine = window_s * len(engine_cpus)
     foreign_total = sum(v[0] for v in per_pid.values())
-    ranked = sorted(per_pid.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top]
+    on_engine = sorted(per_pid.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top]
+    anywhere = sorted(per_pid.items(), key=lambda kv: -kv[1][0])[:top]
+    ranked = sorted(dict(on_engine + anywhere).items(), key=lambda kv: (-kv[1][1], -kv[1][0]))
     processes = []
     for pid, (total, on) in ranked:
         info = dict(describe(pid) or {"pid": pid, "user": None, "command": None})
@@ -634,11 +637,17 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
             "gpu": gpu_window(chain, pgid, nvml_error, describe)}
 
 
-def gpu_window(chain, pgid, nvml_error=None, describe=_process_info):
+def _pid_group(pid):
+    stat = _read_text("/proc/%d/stat" % pid)
+    return int(stat.rsplit(")", 1)[1].split()[2]) if stat else None
+
+
+def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_pid_group):
     """The ``gpu`` part of the window document: per device, the throttle counters' deltas in
-    seconds (``violation_s``, ``clock_event_s``; the NVML reference time ``reference_s``),
+    seconds (``violation_s``, ``clock_event_s``),
     ``unsupported`` counters with the reason, SM clock ``min``/``median`` over the samples, and
-    compute processes seen in the window that are not in the engine's group."""
+    compute processes seen in the window that are not in the engine's group (``group_of``:
+    a pid's process group, ``None`` when it is not visible from here)."""
     first, last = chain[0], chain[-1]
     if nvml_error or not first.get("gpu_counters"):
         return {"available": False, "reason": nvml_error or "no GPU"}
@@ -650,8 +659,6 @@ def gpu_window(chain, pgid, nvml_error=None, describe=_process_info):
                "clock_event_s": {k: round((c1["clock_event_ns"][k] - v) / 1e9, 3)
                                  for k, v in c0["clock_event_ns"].items() if k in c1["clock_event_ns"]},
                "unsupported": dict(c1["unsupported"], **c0["unsupported"])}
-        if "reference_ns" in c0 and "reference_ns" in c1:
-            dev["reference_s"] = round((c1["reference_ns"] - c0["reference_ns"]) / 1e9, 3)
         clocks = [r["gpu"][index]["sm_clock_mhz"] for r in chain
                   if index < len(r["gpu"]) and r["gpu"][index]["sm_clock_mhz"] is not None]
         dev["sm_clock_mhz_min"] = min(clocks) if clocks else None
@@ -660,10 +667,9 @@ def gpu_window(chain, pgid, nvml_error=None, describe=_process_info):
         pids = sorted({p for r in chain if index < len(r["gpu"]) for p in r["gpu"][index]["pids"]})
         foreign = []
         for pid in pids:
-            stat = _read_text("/proc/%d/stat" % pid)
-            group = int(stat.rsplit(")", 1)[1].split()[2]) if stat else None
+            group = group_of(pid)
             if group != pgid:
-                info = describe(pid) if stat else None
+                info = describe(pid) if group is not None else None
                 foreign.append(info or {"pid": pid, "user": None, "command": None, "visible": False})
         dev["foreign_processes"] = foreign
         devices.append(dev)

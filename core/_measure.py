@@ -150,7 +150,7 @@ async def measure(
                 )
                 seen = await monitor.stop()
             finally:
-                monitor.close()
+                await monitor.aclose()
                 if process.returncode is not None:
                     raise EngineExitedError(
                         f"engine {engine_name!r} exited with status {process.returncode} during the "

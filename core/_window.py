@@ -82,14 +82,19 @@ class WindowMonitor:
             self._fail(exc)
             return {"error": self.error}
         finally:
-            self.close()
+            await self.aclose()
 
-    def close(self) -> None:
-        """End the helper (it exits once its standard input closes)."""
-        if self._proc is not None:
-            self._proc.close()
-            self._proc = None
+    async def aclose(self) -> None:
+        """End the helper: it exits once its standard input closes."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.close()
+            try:
+                await asyncio.wait_for(proc.wait(), _ANSWER_S)
+            except asyncio.TimeoutError:
+                pass
 
     def _fail(self, exc: BaseException) -> None:
         self.error = f"window monitor on host {self.host.name} failed: {exc or type(exc).__name__}"
-        self.close()
+        if self._proc is not None:
+            self._proc.close()
