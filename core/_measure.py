@@ -19,7 +19,6 @@ from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
 from core._host import EngineHandle, Host, LocalHost
 from core._loadgen import RequestRecord, Sample, run_workload
-from core._probe import own_pynvml_dir
 from core._window import WindowMonitor
 
 
@@ -135,7 +134,7 @@ async def measure(
             if on_ready:
                 on_ready(ready_s)
             window: dict = {}
-            monitor = WindowMonitor(host, engine.python, process.pgid, own_pynvml_dir())
+            monitor = WindowMonitor(host, engine.python, process.pgid)
             await monitor.open()
 
             async def begin() -> None:

@@ -28,21 +28,24 @@ import os
 
 from core._errors import HostError
 from core._host import AGENT_SOURCE, Host, Spawned
+from core._probe import own_pynvml_dir
 
 _ANSWER_S = 30.0  # the helper answers each line at once; this only bounds a broken link
 
 
 class WindowMonitor:
-    """The monitor of one trial on ``host`` for the engine's process group ``pgid``, run with
-    ``python`` (the engine's, which has ``pynvml`` when NVML can be read; ``pynvml_dir`` is the
-    fallback the probe uses too). Use :meth:`open`, :meth:`start`, then :meth:`stop`."""
+    """The monitor of one trial on ``host`` for the engine's process group ``pgid`` (``-1``: no
+    engine, as for ``specperf env --watch``), run with ``python`` (the engine's, which has
+    ``pynvml`` when NVML can be read; on this machine specperf's own copy is the fallback, as
+    for the probe). ``cpus``: the engine's CPUs (default: those its group may run on).
+    Use :meth:`open`, :meth:`start`, then :meth:`stop`."""
 
-    def __init__(self, host: Host, python: str, pgid: int, pynvml_dir: str | None = None,
+    def __init__(self, host: Host, python: str, pgid: int, cpus: list[int] | None = None,
                  interval_s: float = 0.5) -> None:
         self.host, self.python, self.pgid = host, python, pgid
         own = [os.getpid()] if host.is_local else []  # the benchmark client runs in this process
-        self.spec = {"pgid": pgid, "own_pids": own, "interval_s": interval_s,
-                     "pynvml_dir": pynvml_dir if host.is_local else None}
+        self.spec = {"pgid": pgid, "own_pids": own, "interval_s": interval_s, "cpus": cpus,
+                     "pynvml_dir": own_pynvml_dir() if host.is_local else None}
         self._proc: Spawned | None = None
         self.error: str | None = None
 

@@ -17,6 +17,7 @@ import core
 from bot._common import disturbed_lines
 from core import _host_agent
 from core._disturbance import power_cap_share
+from tests.conftest import SPECPERF
 
 NVML = Path(__file__).parent / "fixtures" / "nvml"
 LIMITS = core.DisturbanceConfig()
@@ -251,3 +252,21 @@ def test_disturbance_settings_in_the_config():
     with pytest.raises(core.ConfigError, match="on_disturbed"):
         core.parse_config('[compare]\non_disturbed = "sometimes"\n')
 
+
+
+def test_env_watch_runs_the_monitor_alone_and_judges_it(tmp_path):
+    out = tmp_path / "watch.json"
+    env = {**os.environ, "SPECPERF_HOME": str(tmp_path)}
+    hog = subprocess.Popen(["taskset", "--cpu-list", "1" if os.cpu_count() > 1 else "0", sys.executable, "-c", HOG])
+    try:
+        done = subprocess.run([*SPECPERF, "env", "--watch", "1.5", "--json", str(out)], capture_output=True, text=True,
+                              env=env, timeout=60)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert done.returncode == 0, done.stderr
+    saved = json.loads(out.read_text())
+    assert saved["window"]["engine_cpus"] == [1 if os.cpu_count() > 1 else 0]  # the default engine's cpus
+    assert any(p["pid"] == hog.pid for p in saved["window"]["foreign_processes"])
+    assert saved["disturbed"]["disturbed"] and "DISTURBED" in done.stdout
+    assert "busiest other processes" in done.stdout
