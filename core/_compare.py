@@ -19,7 +19,7 @@ statistics and measures another ABBA round, up to ``max_remeasured_pairs`` pairs
 ``keep`` keeps it and names it; ``fail`` ends the run as FAILED. Disturbed trials are always
 stored and shown. A monitor that fails is reported, never fatal.
 
-Everything runs on the request's host (core._host): worktrees, builds, the probe, the engine;
+Everything runs on the request's host (core._hosts): worktrees, builds, the probe, the engine;
 before the first launch the host's GPUs are cleared of leftover engines of ours, and a
 foreign GPU process makes the run fail with its pid, user and command unless
 ``force_clean`` (core._hygiene).
@@ -37,7 +37,7 @@ from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._errors import EngineError, SpecperfError
 from core._disturbance import Disturbance, judge_trials, judge_window
 from core._fingerprint import diff_snapshots
-from core._host import EngineHandle, Host
+from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
 from core._measure import TrialResult, measure
 from core._probe import ProbeError, probe_async

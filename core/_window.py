@@ -27,7 +27,7 @@ import json
 import os
 
 from core._errors import HostError
-from core._host import AGENT_SOURCE, Host, Spawned
+from core._hosts.base import AGENT_SOURCE, Host, Spawned
 from core._probe import own_pynvml_dir
 
 _ANSWER_S = 30.0  # the helper answers each line at once; this only bounds a broken link
