@@ -81,7 +81,8 @@ class _JobBisectStore(storage.BisectStore):
 
 def compare_request(config: core.Config, job: storage.Job, host: core.Host) -> core.CompareRequest:
     """The compare a job asks for: its engine (on the job's host), workload and modes;
-    ``args["rounds"]`` N fixes the launches per arm and mode at 2N (N ABBA rounds).
+    ``args["rounds"]`` N fixes the launches per arm and mode at 2N (N ABBA rounds; disturbed
+    trials are then kept and named, not re-measured).
 
     Raises:
         core.ConfigError: the engine, workload or a mode is no longer in the config.
@@ -92,7 +93,7 @@ def compare_request(config: core.Config, job: storage.Job, host: core.Host) -> c
     settings = config.compare
     if job.args.get("rounds"):
         n = 2 * job.args["rounds"]
-        settings = settings.model_copy(update={"min_trials": n, "max_trials": n})
+        settings = settings.model_copy(update={"min_trials": n, "max_trials": n, "max_remeasured_pairs": 0})
     missing = [m for m in job.args["modes"] if m not in engine.modes]
     if missing:
         raise core.ConfigError(f"engine {job.engine_name!r} has no mode {', '.join(missing)}")
