@@ -16,7 +16,7 @@ import pytest
 
 import core
 import storage
-from bot._common import load
+from bot import load_config
 from bot._runs import stored_report
 from tests.conftest import local_host
 
@@ -58,7 +58,7 @@ class HogStore(storage.RunStore):
 async def _compare(testenv, monkeypatch, tmp_path, port, head: str, base: str | None):
     monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
     monkeypatch.chdir(tmp_path)
-    config = load(None)
+    config = load_config()
     engine = config.engine("tiny-vllm").model_copy(update={"port": port})
     request = core.CompareRequest(
         engine_name="tiny-vllm", engine=engine, workload_name="default", workload=config.workload("default"),
