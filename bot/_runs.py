@@ -76,3 +76,20 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
         verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
     launches = core.launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
     return core.summarize(trials, verdicts, settings, stored_environment(stored), launches, disturbed), trials
+
+
+def calibration_plans(db, engine_name: str, host: str, workload_name: str,
+                      settings: core.CompareConfig) -> tuple[int | None, dict[str, core.Plan]]:
+    """(run id, per mode the :func:`core.plan` from its spread) of the newest calibration of
+    this engine, host and workload; ``(None, {})`` when there is none."""
+    run = storage.latest_calibration(db, engine_name, host, workload_name)
+    if run is None:
+        return None, {}
+    goal = run.settings["calibration"]
+    _, trials = stored_report(storage.load_run(db, run.id))
+    plans = {}
+    for mode, arms in trials.items():
+        spread = core.pair_spread_pct(arms["base"], arms["head"])
+        if spread:
+            plans[mode] = core.plan(spread, goal["change_pct"], goal["power"], settings.alpha)
+    return run.id, plans

@@ -12,6 +12,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     compare, resolve_refs, CompareRequest, CompareResult, CompareObserver, Arm, CompareConfig,
     StorageConfig, verdict_for, arm_trial, figures, kept, judge_compare, summarize, render_chart,
     launch_rows
+    Plan, plan, pair_spread_pct
     DisturbanceConfig, Disturbance, Culprit, judge_window, judge_trials, culprit_lines, WindowMonitor
     decide, Verdict, ArmTrial, speedup, speedup_change, Speedup, REGRESSION, IMPROVEMENT,
     NO_CHANGE, INCONCLUSIVE
@@ -32,6 +33,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
 """
 
 from core._bisect import BisectObserver, BisectRequest, BisectResult, BisectStep, bisect
+from core._calibrate import Plan, pair_spread_pct, plan
 from core._changepoints import ChangePoint, Drift, SeriesAnalysis
 from core._changepoints import analyze as analyze_series
 from core._changepoints import detect as detect_change_points
@@ -162,6 +164,7 @@ __all__ = [
     "TriageModelRule", "TriageDefault",
     "ProbeError", "parse_probe_output", "probe", "probe_async", "probe_cheap", "probe_options", "probe_script_text",
     "Check", "CheckStatus", "run_checks", "worst",
+    "Plan", "plan", "pair_spread_pct",
     "DisturbanceConfig", "Disturbance", "Culprit", "judge_window", "judge_trials", "culprit_lines", "WindowMonitor",
     "Category", "Change", "SnapshotError", "diff_snapshots", "flatten_snapshot", "load_snapshot",
 ]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from core._config import CompareConfig
 from core._disturbance import Disturbance, culprit_lines
-from core._stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, pair_log_ratios, speedup, speedup_change
+from core._calibrate import Plan, pair_spread_pct
+from core._stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, speedup, speedup_change
 
 BASELINE = "baseline"
 
@@ -43,16 +44,8 @@ def launch_rows(seqs: dict[str, dict[str, list[int]]], tok_s: dict[int, float],
     return sorted(rows, key=lambda r: r["seq"])
 
 
-def _spread_pct(arms: dict[str, list[ArmTrial]]) -> float | None:
-    n = min(len(arms["base"]), len(arms["head"]))
-    if n < 2:
-        return None
-    ratios = pair_log_ratios([t.output_tok_s for t in arms["base"][:n]], [t.output_tok_s for t in arms["head"][:n]])
-    return 100.0 * float(statistics.stdev(ratios))
-
-
 def _limits(mode: str, verdict: Verdict, arms: dict[str, list[ArmTrial]], rows: list[dict],
-            disturbed: dict[int, Disturbance], settings: CompareConfig) -> list[str]:
+            disturbed: dict[int, Disturbance], settings: CompareConfig, calibrated: Plan | None) -> list[str]:
     """What limited the verdict of ``mode`` and what would settle it (for INCONCLUSIVE)."""
     mine = [r for r in rows if r["mode"] == mode]
     hit = {r["seq"]: disturbed[r["seq"]] for r in mine if r["seq"] in disturbed}
@@ -71,10 +64,12 @@ def _limits(mode: str, verdict: Verdict, arms: dict[str, list[ArmTrial]], rows: 
         lines.append(f"{len(hit)} of {len(mine)} trials disturbed: {what}" + (f"; {', '.join(fate)}" if fate else ""))
     if verdict.verdict != INCONCLUSIVE:
         return lines
-    spread = _spread_pct(arms)
+    spread = pair_spread_pct(arms["base"], arms["head"])
     if spread is not None:
         lines.append(f"launch-to-launch spread: the pair changes vary by {spread:.1f}% (sd) against a margin of "
                      f"+-{verdict.margin_pct:g}%")
+    if calibrated is not None:
+        lines.append(f"this host's calibration: {calibrated.line()}")
     settle = []
     if hit and settings.on_disturbed != "remeasure" or any(r["kept"] and r["disturbed"] for r in mine):
         settle.append("measure again on a quiet host (`specperf env --watch 60` shows what runs there)")
@@ -101,11 +96,13 @@ def _headline(rows: list[dict], disturbed: dict[int, Disturbance], settings: Com
 
 def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, Verdict],
               settings: CompareConfig, environment: dict | None = None, launches: list[dict] | None = None,
-              disturbed: dict[int, Disturbance] | None = None) -> dict:
+              disturbed: dict[int, Disturbance] | None = None, calibration: dict[str, Plan] | None = None) -> dict:
     """The report: per mode, medians of each arm (trials in the statistics), the verdict, its
     evidence and what limited it; per speculative mode, its speedup over ``baseline`` on each
     side and the change of that speedup; every launch with its disturbance (``launches``, from
-    :func:`launch_rows`) and a headline when the host was busy.
+    :func:`launch_rows`) and a headline when the host was busy. ``calibration``: per mode the
+    host's plan from ``specperf calibrate`` (core._calibrate), cited when a verdict is
+    INCONCLUSIVE.
 
     Returns a JSON-ready dict::
 
@@ -131,7 +128,8 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
         }
         if mode in verdicts:
             modes[mode]["verdict"] = dataclasses.asdict(verdicts[mode])
-            modes[mode]["limits"] = _limits(mode, verdicts[mode], arms, rows, disturbed, settings)
+            modes[mode]["limits"] = _limits(mode, verdicts[mode], arms, rows, disturbed, settings,
+                                            (calibration or {}).get(mode))
     speedups = {}
     if BASELINE in trials:
         plain = trials[BASELINE]

@@ -249,6 +249,15 @@ def list_runs(db: Engine, engine_name: str | None = None, limit: int = 20) -> li
 
 
 
+def latest_calibration(db: Engine, engine_name: str, host: str, workload_name: str) -> Run | None:
+    """The newest finished calibration run (``specperf calibrate``: an A/A compare whose
+    ``settings["calibration"]`` is set) of this engine, host and workload, or ``None``."""
+    with Session(db) as session:
+        query = (select(Run).where(Run.engine_name == engine_name, Run.host == host, Run.workload_name == workload_name,
+                                   Run.status == "done", Run.base_sha == Run.head_sha).order_by(Run.id.desc()))
+        return next((run for run in session.exec(query) if run.settings.get("calibration")), None)
+
+
 def abandoned_runs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[tuple[Run, list[Trial]]]:
     """Runs still marked running whose specperf process is gone (``owner_alive`` of the run's
     recorded owner ``{"pid", "host"}`` is false), each with its trials still marked running:
