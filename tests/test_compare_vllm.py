@@ -54,6 +54,9 @@ async def test_every_step_slowdown_is_a_regression_in_both_modes(plan, tmp_path)
     for mode, verdict in result.verdicts.items():
         assert verdict.verdict == core.REGRESSION, (mode, verdict)
         assert verdict.attribution == "step time"
+    # a quiet compare: every trial of both modes has a window and none is judged disturbed
+    assert len(result.windows) == len(stored.trials) and all("cpu" in w for w in result.windows.values())
+    assert {seq: d.reasons for seq, d in result.disturbed.items()} == {}
 
 
 async def test_speculative_only_slowdown(plan, tmp_path):
