@@ -366,26 +366,48 @@ def cpu_times():
     return out
 
 
+def _pid_group(pid):
+    """The process group of ``pid`` (/proc/<pid>/stat field 5), or None when it is gone."""
+    stat = _read_text("/proc/%d/stat" % pid)
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[2]) if stat else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _tasks(pids):
+    """``(pid, tid)`` of every thread of ``pids`` that can still be listed."""
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            yield pid, tid
+
+
+def _all_pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def group_pids(pgid):
+    """The pids of process group ``pgid``."""
+    return [pid for pid in _all_pids() if _pid_group(pid) == pgid]
+
+
 def thread_times():
     """``{"pid/tid": [pid, pgid, ticks, cpu]}`` for every thread on the host: user+system clock
     ticks (/proc/<pid>/task/<tid>/stat fields 14-15) and the CPU it last ran on (field 39)."""
     out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    for pid, tid in _tasks(_all_pids()):
+        text = _read_text("/proc/%d/task/%s/stat" % (pid, tid))
+        if not text:
             continue
+        rest = text.rsplit(")", 1)[1].split()
         try:
-            tids = os.listdir("/proc/%s/task" % name)
-        except OSError:
+            out["%d/%s" % (pid, tid)] = [pid, int(rest[2]), int(rest[11]) + int(rest[12]), int(rest[36])]
+        except (IndexError, ValueError):
             continue
-        for tid in tids:
-            text = _read_text("/proc/%s/task/%s/stat" % (name, tid))
-            if not text:
-                continue
-            rest = text.rsplit(")", 1)[1].split()
-            try:
-                out["%s/%s" % (name, tid)] = [int(name), int(rest[2]), int(rest[11]) + int(rest[12]), int(rest[36])]
-            except (IndexError, ValueError):
-                continue
     return out
 
 
@@ -410,13 +432,8 @@ def _vmstat():
 def group_cpus(pgid):
     """The CPUs that processes of group ``pgid`` may run on (union of ``Cpus_allowed_list``)."""
     cpus = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        stat = _read_text("/proc/%s/stat" % name)
-        if not stat or int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
-            continue
-        for line in (_read_text("/proc/%s/status" % name) or "").splitlines():
+    for pid in group_pids(pgid):
+        for line in (_read_text("/proc/%d/status" % pid) or "").splitlines():
             if line.startswith("Cpus_allowed_list:"):
                 for part in line.split(":", 1)[1].strip().split(","):
                     low, _, high = part.partition("-")
@@ -429,21 +446,11 @@ def group_runqueue_wait_ns(pgid):
     """Nanoseconds the threads of group ``pgid`` have waited on a run queue
     (/proc/<pid>/task/<tid>/schedstat, second field), summed; None when not available."""
     total, seen = 0, False
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        stat = _read_text("/proc/%s/stat" % name)
-        if not stat or int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
-            continue
-        try:
-            tids = os.listdir("/proc/%s/task" % name)
-        except OSError:
-            continue
-        for tid in tids:
-            text = _read_text("/proc/%s/task/%s/schedstat" % (name, tid))
-            if text and len(text.split()) >= 2:
-                total += int(text.split()[1])
-                seen = True
+    for pid, tid in _tasks(group_pids(pgid)):
+        fields = (_read_text("/proc/%d/task/%s/schedstat" % (pid, tid)) or "").split()
+        if len(fields) >= 2:
+            total += int(fields[1])
+            seen = True
     return total if seen else None
 
 
@@ -635,11 +642,6 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
     return {"window_s": round(window_s, 3), "host_cpus": len(cpus), "engine_cpus": engine_cpus, "cpu": cpu,
             "foreign_processes": processes, "memory": memory,
             "gpu": gpu_window(chain, pgid, nvml_error, describe)}
-
-
-def _pid_group(pid):
-    stat = _read_text("/proc/%d/stat" % pid)
-    return int(stat.rsplit(")", 1)[1].split()[2]) if stat else None
 
 
 def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_pid_group):
