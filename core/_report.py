@@ -71,7 +71,7 @@ def _limits(mode: str, verdict: Verdict, arms: dict[str, list[ArmTrial]], rows: 
     if calibrated is not None:
         lines.append(f"this host's calibration: {calibrated.line()}")
     settle = []
-    if hit and settings.on_disturbed != "remeasure" or any(r["kept"] and r["disturbed"] for r in mine):
+    if any(r["kept"] and r["disturbed"] for r in mine):
         settle.append("measure again on a quiet host (`specperf env --watch 60` shows what runs there)")
     if verdict.more_trials:
         settle.append(f"about {verdict.more_trials} more launches per arm")
