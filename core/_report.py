@@ -10,13 +10,71 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from pathlib import Path
+from typing import TypedDict
 
 from core._config import CompareConfig
-from core._disturbance import Disturbance, culprit_lines
 from core._calibrate import Plan, pair_spread_pct
+from core._disturbance import Disturbance, culprit_lines
 from core._stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, speedup, speedup_change
 
 BASELINE = "baseline"
+
+
+class ArmFigures(TypedDict):
+    """One arm of one mode in a :class:`CompareReport`: medians over its ok trials."""
+
+    trials: int
+    output_tok_s: float | None
+    acceptance_length: float | None
+    step_ms: float | None
+    output_tok_s_all: list[float]
+
+
+class ModeReport(TypedDict, total=False):
+    """One mode: its two arms and (when decided) the verdict as a dict of :class:`Verdict`."""
+
+    base: ArmFigures
+    head: ArmFigures
+    verdict: dict
+    limits: list[str]
+
+
+class SpeedupReport(TypedDict):
+    """A speculative mode's speedup over baseline on each side (dicts of :class:`Speedup`)."""
+
+    base: dict | None
+    head: dict | None
+    change: dict | None
+
+
+class Environment(TypedDict):
+    """What differed between the arms' environments."""
+
+    arms_differ: list[str]
+
+
+class DisturbanceReport(TypedDict):
+    """The disturbed trials of a compare: the policy, how many of all, and the culprits."""
+
+    policy: str
+    disturbed_trials: int
+    trials: int
+    culprits: list[str]
+
+
+class CompareReport(TypedDict):
+    """The report of a compare as it crosses to the front ends and into ``--json``: a busy
+    host's headline, the settings, each mode's figures, verdict and what limited it, the
+    speedups, every launch with its disturbance (rows of :func:`launch_rows`) and the
+    environment. A typed dict, so the JSON shape is the type."""
+
+    headline: str | None
+    settings: dict
+    modes: dict[str, ModeReport]
+    speedups: dict[str, SpeedupReport]
+    launches: list[dict]
+    disturbance: DisturbanceReport
+    environment: Environment
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -95,8 +153,9 @@ def _headline(rows: list[dict], disturbed: dict[int, Disturbance], settings: Com
 
 
 def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, Verdict],
-              settings: CompareConfig, environment: dict | None = None, launches: list[dict] | None = None,
-              disturbed: dict[int, Disturbance] | None = None, calibration: dict[str, Plan] | None = None) -> dict:
+              settings: CompareConfig, environment: Environment | None = None, launches: list[dict] | None = None,
+              disturbed: dict[int, Disturbance] | None = None,
+              calibration: dict[str, Plan] | None = None) -> CompareReport:
     """The report: per mode, medians of each arm (trials in the statistics), the verdict, its
     evidence and what limited it; per speculative mode, its speedup over ``baseline`` on each
     side and the change of that speedup; every launch with its disturbance (``launches``, from
@@ -114,7 +173,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
          "environment": {"arms_differ": [line, ...]}}
     """
     rows, disturbed = launches or [], disturbed or {}
-    modes = {}
+    modes: dict[str, ModeReport] = {}
     for mode, arms in trials.items():
         modes[mode] = {
             role: {
@@ -130,7 +189,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
             modes[mode]["verdict"] = dataclasses.asdict(verdicts[mode])
             modes[mode]["limits"] = _limits(mode, verdicts[mode], arms, rows, disturbed, settings,
                                             (calibration or {}).get(mode))
-    speedups = {}
+    speedups: dict[str, SpeedupReport] = {}
     if BASELINE in trials:
         plain = trials[BASELINE]
         for mode, arms in trials.items():

@@ -16,9 +16,9 @@ import pytest
 
 import core
 import storage
-from bot import load_config
+from bot._app import CompareObservers
 from bot._runs import stored_report
-from tests.conftest import local_host
+from tests.conftest import default_config, local_host
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
 
@@ -26,26 +26,22 @@ HOGGED = {2, 3}  # ABBA: launches 2 and 3 of the first round are the commit's
 HOG = "import time  # specperf-test-hog\nwhile True: time.time()"
 
 
-class HogStore(storage.RunStore):
-    """Records the run and runs a CPU hog on the engine's CPU during the launches in ``HOGGED``."""
+class Hog(core.CompareObserver):
+    """Runs a CPU hog on the engine's CPU during the launches in ``HOGGED`` (pid per launch)."""
 
-    def __init__(self, db, cpu: int) -> None:
-        super().__init__(db)
+    def __init__(self, cpu: int) -> None:
         self.cpu, self.hog, self.pids = cpu, None, {}
 
     def trial_launched(self, arm, seq, process) -> None:
-        super().trial_launched(arm, seq, process)
         if seq in HOGGED:
             self.hog = subprocess.Popen(["taskset", "--cpu-list", str(self.cpu), sys.executable, "-c", HOG],
                                         start_new_session=True)
             self.pids[seq] = self.hog.pid
 
     def trial_finished(self, arm, seq, trial) -> None:
-        super().trial_finished(arm, seq, trial)
         self._stop()
 
     def trial_failed(self, arm, seq, error) -> None:
-        super().trial_failed(arm, seq, error)
         self._stop()
 
     def _stop(self) -> None:
@@ -56,9 +52,7 @@ class HogStore(storage.RunStore):
 
 
 async def _compare(testenv, monkeypatch, tmp_path, port, head: str, base: str | None, **settings):
-    monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
-    monkeypatch.chdir(tmp_path)
-    config = load_config()
+    config = default_config(testenv)
     engine = config.engine("tiny-vllm").model_copy(update={"port": port})
     request = core.CompareRequest(
         engine_name="tiny-vllm", engine=engine, workload_name="default", workload=config.workload("default"),
@@ -66,14 +60,14 @@ async def _compare(testenv, monkeypatch, tmp_path, port, head: str, base: str | 
         settings=config.compare.model_copy(update={"cooldown_s": 1, **settings}), host=local_host(tmp_path / "work"),
     )
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
-    store = HogStore(db, engine.cpus[0])
+    store, hog = storage.RunStore(db), Hog(engine.cpus[0])
     shas = await core.resolve_refs(request)
     run_id = store.create(request, *shas)
-    result = await core.compare(request, store, shas=shas)
-    return result, store, storage.load_run(db, run_id)
+    result = await core.compare(request, CompareObservers(store, hog), shas=shas)
+    return result, hog, storage.load_run(db, run_id)
 
 
-def _assert_hog_named(result: core.CompareResult, store: HogStore) -> None:
+def _assert_hog_named(result: core.CompareResult, store: Hog) -> None:
     for seq in HOGGED:
         culprits = result.disturbed[seq].culprits
         hog = [c for c in culprits if c.pid == store.pids[seq]]
