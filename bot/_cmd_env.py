@@ -292,7 +292,7 @@ async def _watch(args: argparse.Namespace, config: core.Config, console: Console
     else:
         console.print(Text("quiet: a trial measured now would not be judged disturbed", style="green"))
     out = Path(args.json) if args.json else data_dir() / "env" / (
-        f"watch-{host}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}.json")
+        f"watch-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"window": window, "disturbed": judged.to_dict()}, indent=2))
     console.print(f"window written to {out}", markup=False)

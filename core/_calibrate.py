@@ -40,7 +40,8 @@ class Plan:
         """``spread 1.9%: margin 2.4% with 9 launches per arm gives 90% power for a 5% change``."""
         head = f"launch-to-launch spread {self.spread_pct:.1f}% (sd of pair changes)"
         if self.pairs is None:
-            return f"{head}: no margin reaches {self.power:.0%} power for a {self.change_pct:g}% change in a sane number of launches"
+            return (f"{head}: no margin reaches {self.power:.0%} power for a {self.change_pct:g}% change "
+                    "in a sane number of launches")
         return (f"{head}: a margin of {self.margin_pct:.1f}% with {self.pairs} launches per arm gives "
                 f"{self.power:.0%} power for a {self.change_pct:g}% change")
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
-from core._errors import EngineError, SpecperfError
 from core._disturbance import Disturbance, judge_trials, judge_window
+from core._errors import EngineError, SpecperfError
 from core._fingerprint import diff_snapshots
 from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus

@@ -165,18 +165,14 @@ def judge_trials(windows: dict[int, dict | None], limits: DisturbanceConfig) -> 
 
 
 def _ranges(seqs: list[int]) -> str:
-    parts, start, prev = [], None, None
+    """``[9, 10, 11, 12, 15]`` as ``9-12, 15``."""
+    runs: list[list[int]] = []
     for seq in sorted(seqs):
-        if start is None:
-            start = prev = seq
-        elif seq == prev + 1:
-            prev = seq
+        if runs and seq == runs[-1][-1] + 1:
+            runs[-1].append(seq)
         else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = seq
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
+            runs.append([seq])
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def culprit_lines(disturbed: dict[int, Disturbance], limit: int = 3) -> list[str]:

@@ -49,10 +49,11 @@ Modes:
     The window monitor of one trial. SPEC is JSON ``{"pgid", "own_pids", "interval_s", "cpus",
     "pynvml_dir"}``: the engine's process group, processes of specperf itself (the benchmark
     client), seconds between samples, the engine's CPUs (``null``: those its group may run
-    on; all when there is none), and where to import ``pynvml`` from when this Python has none. It prints ``{"ready": true}`` and waits; a line ``start`` takes the first
-    reading (prints ``{"started": true}``), then it samples every ``interval_s`` until a line
-    ``stop`` (or the end of standard input), takes the last reading and prints the window
-    document of :func:`window_summary`. It moves itself off the engine's CPUs when it can.
+    on; all when there is none), and where to import ``pynvml`` from when this Python has
+    none. It prints ``{"ready": true}`` and waits; a line ``start`` takes the first reading
+    (prints ``{"started": true}``), then it samples every ``interval_s`` until a line ``stop``
+    (or the end of standard input), takes the last reading and prints the window document of
+    :func:`window_summary`. It moves itself off the engine's CPUs when it can.
 """
 
 import fnmatch

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, cast
 
-from core._config import CompareConfig
 from core._calibrate import Plan, pair_spread_pct
+from core._config import CompareConfig
 from core._disturbance import Disturbance, culprit_lines
 from core._stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, speedup, speedup_change
 
@@ -175,7 +175,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
     rows, disturbed = launches or [], disturbed or {}
     modes: dict[str, ModeReport] = {}
     for mode, arms in trials.items():
-        modes[mode] = {
+        modes[mode] = cast(ModeReport, {
             role: {
                 "trials": len(arm),
                 "output_tok_s": _median([t.output_tok_s for t in arm]),
@@ -184,7 +184,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "output_tok_s_all": [t.output_tok_s for t in arm],
             }
             for role, arm in arms.items()
-        }
+        })
         if mode in verdicts:
             modes[mode]["verdict"] = dataclasses.asdict(verdicts[mode])
             modes[mode]["limits"] = _limits(mode, verdicts[mode], arms, rows, disturbed, settings,

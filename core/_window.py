@@ -49,7 +49,9 @@ class WindowMonitor:
         self._proc: Spawned | None = None
         self.error: str | None = None
 
-    async def _expect(self, key: str) -> dict | None:
+    async def _expect(self, key: str) -> dict:
+        if self._proc is None:
+            raise HostError(self.error or "the window monitor is not running")
         line = await asyncio.wait_for(self._proc.readline(), _ANSWER_S)
         doc = json.loads(line) if line.strip() else None
         if not isinstance(doc, dict) or key not in doc:
@@ -61,7 +63,7 @@ class WindowMonitor:
         try:
             self._proc = await self.host.spawn([self.python, "-c", AGENT_SOURCE, "monitor", json.dumps(self.spec)])
             await self._expect("ready")
-        except (HostError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, HostError, ValueError) as exc:
             self._fail(exc)
 
     async def start(self) -> None:
@@ -71,7 +73,7 @@ class WindowMonitor:
         try:
             self._proc.write("start\n")
             await self._expect("started")
-        except (HostError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, HostError, ValueError) as exc:
             self._fail(exc)
 
     async def stop(self) -> dict:
@@ -81,7 +83,7 @@ class WindowMonitor:
         try:
             self._proc.write("stop\n")
             return (await self._expect("window"))["window"]
-        except (HostError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, HostError, ValueError) as exc:
             self._fail(exc)
             return {"error": self.error}
         finally:
@@ -94,7 +96,7 @@ class WindowMonitor:
             proc.close()
             try:
                 await asyncio.wait_for(proc.wait(), _ANSWER_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _fail(self, exc: BaseException) -> None:
