@@ -2,8 +2,8 @@
 
 Both clients stream from the exact-rate server (tests/exact_rate_server.py), whose record of
 when each token actually left is the truth. For each concurrency, each client runs twice,
-with N and 2N measured requests (N = 3 x concurrency, warm-up = concurrency requests), in
-alternation. Reported per client:
+with N and 2N measured requests (N = 3 x concurrency, 6 x below 16 streams so that the CPU
+difference is not lost in noise; warm-up = concurrency requests). Reported per client:
 
 * throughput error: measured output tok/s / truth - 1, where truth is the server's
   tokens / (first measured request arrived .. last token sent);
@@ -12,6 +12,8 @@ alternation. Reported per client:
   imports (torch, for vLLM's client) cancel out.
 
 The server runs on CPU 1 and the clients on CPU 0 (taskset), so they do not share a core.
+The machine (CPU count and model), date and load average before and after are printed with
+the rows: on a shared machine the load says how far to trust the figures.
 
 Run: ``.venv/bin/python -m bench.client_accuracy`` (needs scripts/setup-test-engine for the
 engine venv that holds vLLM's client, and the tokenizer of the test model).
@@ -77,6 +79,14 @@ def vllm_client(base_url: str, c: int, n: int, output_len: int) -> tuple[float, 
     return cpu, data["output_throughput"], data["total_output_tokens"]
 
 
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (Linux), or the architecture."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def truth(base_url: str, n: int) -> float:
     records = sorted(httpx.get(f"{base_url}/truth").json(), key=lambda r: r["arrival_s"])
     return truth_output_tok_s(records[-n:])  # the measured requests: the last n to arrive
@@ -84,7 +94,7 @@ def truth(base_url: str, n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="specperf's client vs vllm bench serve")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64, 100])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64, 100, 128, 256])
     parser.add_argument("--itl-ms", type=float, default=5.0)
     parser.add_argument("--output-len", type=int, default=128)
     args = parser.parse_args()
@@ -95,9 +105,10 @@ def main() -> None:
     )
     base_url = f"http://127.0.0.1:{server.stdout.readline().split()[-1]}"
     rows = []
+    load_before = os.getloadavg()
     try:
         for c in args.concurrency:
-            n = 3 * c
+            n = 3 * c if c >= 16 else 6 * c
             row = {"concurrency": c, "nominal_tok_s": c * 1000 / args.itl_ms}
             for name, client in (("specperf", specperf_client), ("vllm", vllm_client)):
                 errors, cpu_tok = [], []
@@ -115,8 +126,9 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     finally:
         server.kill()
-    print(json.dumps({"machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs",
-                      "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
+    print(json.dumps({"machine": f"{platform.node()} {os.cpu_count()} CPUs {cpu_model()}",
+                      "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_avg_before": load_before,
+                      "load_avg_after": os.getloadavg(), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
