@@ -201,6 +201,24 @@ def _chunk_text(event: dict, api: str) -> str:
 
 
 _decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing of bytes
+# The key of the generated text in a choice, by API, and the bytes that may follow it
+# before the string value (engines write compact JSON; json.dumps puts a space).
+_TEXT_KEYS = {"completions": (b'"text":"', b'"text": "'), "chat": (b'"content":"', b'"content": "')}
+
+
+def _plain_text_chunk(payload: bytes, text_keys: tuple[bytes, bytes]) -> bool:
+    """Whether ``payload`` is, without parsing it, an event of one choice with non-empty text,
+    no finish_reason, no usage and no error: the bulk of a stream. Literal quotes cannot occur
+    inside JSON strings (they are escaped), so the keys found are keys; anything unsure gives
+    ``False`` and the event is parsed in full."""
+    if (b'"finish_reason":null' not in payload and b'"finish_reason": null' not in payload) \
+            or b'"usage":{' in payload or b'"usage": {' in payload or b'"error"' in payload:
+        return False
+    for key in text_keys:
+        start = payload.find(key)
+        if start >= 0:
+            return payload[start + len(key):start + len(key) + 1] not in (b'"', b"")
+    return False
 
 
 class _StreamParser:
@@ -209,6 +227,7 @@ class _StreamParser:
     def __init__(self, record: RequestRecord, api: str) -> None:
         self.record = record
         self.api = api
+        self.text_keys = _TEXT_KEYS[api]
         self.buffer = b""
         self.last_text_s: float | None = None
         self.usage_tokens: int | None = None
@@ -222,7 +241,19 @@ class _StreamParser:
         self.buffer = data[end:]
         for line in data[:end].splitlines():
             if line[:5] == b"data:":
-                self._event(line[5:], now)
+                if _plain_text_chunk(line, self.text_keys):
+                    self._text(now)
+                else:
+                    self._event(line[5:], now)
+
+    def _text(self, now: float) -> None:
+        record = self.record
+        if self.last_text_s is None:
+            record.ttft_ms = (now - record.start_s) * 1000.0
+        else:
+            record.itl_ms.append((now - self.last_text_s) * 1000.0)
+        self.last_text_s = now
+        record.text_chunks += 1
 
     def _event(self, payload: bytes, now: float) -> None:
         if payload.strip() == b"[DONE]":
@@ -234,12 +265,7 @@ class _StreamParser:
             record.error = f"server error in stream: {json.dumps(event['error'])[:300]}"
             return
         if _chunk_text(event, self.api):
-            if self.last_text_s is None:
-                record.ttft_ms = (now - record.start_s) * 1000.0
-            else:
-                record.itl_ms.append((now - self.last_text_s) * 1000.0)
-            self.last_text_s = now
-            record.text_chunks += 1
+            self._text(now)
         for choice in event.get("choices") or []:
             if choice.get("finish_reason"):
                 record.finish_reason = choice["finish_reason"]
