@@ -7,9 +7,11 @@ difference is not lost in noise; warm-up = concurrency requests). Reported per c
 
 * throughput error: measured output tok/s / truth - 1, where truth is the server's
   tokens / (first measured request arrived .. last token sent);
-* CPU seconds per 1,000 streamed tokens: the client process's CPU time (getrusage of the
-  child) difference between the 2N and N runs, over the token difference, so start-up and
-  imports (torch, for vLLM's client) cancel out.
+* CPU seconds per 1,000 streamed tokens: the client process's CPU time (all its threads,
+  ``time.process_time``) spent inside the benchmark coroutine (specperf's ``run_workload``,
+  vLLM's ``vllm.benchmarks.serve.benchmark``: warm-up and measured requests, no imports or
+  tokenizer loading), difference between the 2N and N runs over the token difference, so
+  fixed costs (the warm-up, vLLM's initial test request) cancel out.
 
 The server runs on CPU 1 and the clients on CPU 0 (taskset), so they do not share a core.
 The machine (CPU count and model), date and load average before and after are printed with
@@ -25,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -38,43 +39,48 @@ from tests.exact_rate_server import truth_output_tok_s
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTENV = Path(os.environ.get("SPECPERF_TESTENV", Path.home() / ".cache/specperf/testenv"))
+# vLLM's benchmark CLI, with the CPU time of its benchmark coroutine printed as the last line.
 VLLM_MAIN = (
-    "import argparse, sys\n"
-    "from vllm.benchmarks.serve import add_cli_args, main\n"
-    "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
+    "import argparse, json, sys, time\n"
+    "import vllm.benchmarks.serve as serve\n"
+    "inner = serve.benchmark\n"
+    "async def timed(*args, **kwargs):\n"
+    "    start = time.process_time()\n"
+    "    result = await inner(*args, **kwargs)\n"
+    "    timed.cpu_s = time.process_time() - start\n"
+    "    return result\n"
+    "serve.benchmark = timed\n"
+    "p = argparse.ArgumentParser(); serve.add_cli_args(p); serve.main(p.parse_args(sys.argv[1:]))\n"
+    "print(json.dumps({'benchmark_cpu_s': timed.cpu_s}))\n"
 )
 
 
-def run_child(argv: list[str]) -> tuple[float, str]:
-    """Run ``argv`` to completion; (CPU seconds it used, its stdout)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run_child(argv: list[str]) -> dict:
+    """Run ``argv`` to completion; the JSON object on the last line of its output."""
     result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise RuntimeError(f"{argv[:4]} failed:\n{result.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, result.stdout
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def specperf_client(base_url: str, c: int, n: int, output_len: int) -> tuple[float, float, int]:
-    cpu, out = run_child(["taskset", "-c", "0", sys.executable, "-m", "bench._specperf_client",
-                          "--base-url", base_url, "--concurrency", str(c), "--requests", str(n),
-                          "--output-len", str(output_len)])
-    data = json.loads(out.strip().splitlines()[-1])
+    data = run_child(["taskset", "-c", "0", sys.executable, "-m", "bench._specperf_client",
+                      "--base-url", base_url, "--concurrency", str(c), "--requests", str(n),
+                      "--output-len", str(output_len)])
     assert data["valid"]
-    return cpu, data["output_tok_s"], data["output_tokens"]
+    return data["benchmark_cpu_s"], data["output_tok_s"], data["output_tokens"]
 
 
 def vllm_client(base_url: str, c: int, n: int, output_len: int) -> tuple[float, float, int]:
     with tempfile.TemporaryDirectory() as tmp:
-        cpu, _ = run_child([
+        cpu = run_child([
             "taskset", "-c", "0", str(TESTENV / "engine-venv/bin/python"), "-c", VLLM_MAIN,
             "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
             "--model", "tiny", "--tokenizer", str(TESTENV / "models/target"),
             "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(output_len),
             "--num-prompts", str(n), "--max-concurrency", str(c), "--num-warmups", str(c),
             "--ignore-eos", "--disable-tqdm", "--save-result", "--result-dir", tmp, "--result-filename", "r.json",
-        ])
+        ])["benchmark_cpu_s"]
         data = json.loads((Path(tmp) / "r.json").read_text())
     return cpu, data["output_throughput"], data["total_output_tokens"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import uvloop
 
 from core import InvalidSampleError, RequestRecord, WorkloadConfig, run_workload
 from core._loadgen import _StreamParser
@@ -132,8 +133,9 @@ async def test_http_error_is_reported(exact_server):
 
 
 @pytest.mark.slow
-async def test_output_tok_s_within_one_percent_of_truth_at_256_streams(exact_server):
-    # 256 streams of 100 tok/s each: 25,600 tok/s through one client process (bench/RESULTS.md).
+def test_output_tok_s_within_one_percent_of_truth_at_256_streams(exact_server):
+    # 256 streams of 100 tok/s each, 25,600 tok/s nominal, through one client process on
+    # uvloop as the CLI runs it (bench/RESULTS.md has the CPU cost).
     server = exact_server("--ttft-ms", "20", "--itl-ms", "10")
     workload = WorkloadConfig(output_len=128, concurrency=256, requests=3 * 256, warmup_requests=256)
 
@@ -141,7 +143,7 @@ async def test_output_tok_s_within_one_percent_of_truth_at_256_streams(exact_ser
         async with httpx.AsyncClient() as client:
             await client.delete(f"{server.base_url}/truth")
 
-    sample = await run_workload(server.base_url, "m", workload, on_measure_start=clear_truth)
+    sample = uvloop.run(run_workload(server.base_url, "m", workload, on_measure_start=clear_truth))
     assert sample.valid, sample.invalid_reasons
     assert sample.output_tokens == 128 * 3 * 256
     assert sample.output_tok_s == pytest.approx(truth_output_tok_s(server.truth()), rel=0.01)
