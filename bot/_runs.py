@@ -43,7 +43,10 @@ def stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.A
         if trial.status != "ok":
             continue
         arm = stored.arms[trial.arm_id]
-        trials[arm.mode][arm.role].append(core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean))
+        source = trial.engine_figures_source or ""
+        missing = source.split(core.NOT_DERIVED, 1)[1] if core.NOT_DERIVED in source else None
+        trials[arm.mode][arm.role].append(core.ArmTrial(trial.output_tok_s, trial.acceptance_length,
+                                                        trial.tpot_ms_mean, missing))
     return trials
 
 

@@ -6,7 +6,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
 
     load_config, parse_config, Config, EngineConfig, WorkloadConfig, HostConfig
     run_workload, Sample, RequestRecord, Quantiles
-    adapter_for, EngineAdapter, EngineFigures
+    adapter_for, EngineAdapter, EngineFigures, NOT_DERIVED
     measure, TrialResult
     parse_decode_line, DecodeLogLine
     compare, resolve_refs, CompareRequest, CompareResult, CompareObserver, Arm, CompareConfig,
@@ -66,7 +66,7 @@ from core._config import (
     load_config,
     parse_config,
 )
-from core._engines import EngineAdapter, EngineFigures, adapter_for
+from core._engines import NOT_DERIVED, EngineAdapter, EngineFigures, adapter_for
 from core._errors import (
     CommandTimeout,
     ConfigError,
@@ -131,7 +131,7 @@ from core._worktree_engine import BuildError
 __all__ = [
     "Config", "EngineConfig", "HostConfig", "SlackConfig", "SlackAllow", "AllowList", "ScheduleConfig", "WatchConfig",
     "WorkloadConfig", "load_config", "parse_config",
-    "EngineAdapter", "EngineFigures", "adapter_for",
+    "EngineAdapter", "EngineFigures", "adapter_for", "NOT_DERIVED",
     "ConfigError", "EngineError", "EngineExitedError", "EngineNotReadyError", "InvalidSampleError",
     "SpecperfError",
     "Quantiles", "RequestRecord", "Sample", "run_workload",

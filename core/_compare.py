@@ -28,6 +28,7 @@ Ctrl-C (cancellation) stops the engine's process group and ends the run as inter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -105,15 +106,23 @@ class CompareObserver:
 def arm_trial(trial: TrialResult) -> ArmTrial:
     """The figures of a trial that the statistics use."""
     tpot = trial.sample.tpot_ms
-    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None)
+    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
+                    trial.engine.acceptance_missing)
 
 
 def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
-    launch order (pairs = the shorter arm's count)."""
+    launch order (pairs = the shorter arm's count). When the engine could not give acceptance
+    length, the reason names the missing counter."""
     n = min(len(trials["base"]), len(trials["head"]))
-    return decide(trials["base"][:n], trials["head"][:n],
-                  margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    verdict = decide(trials["base"][:n], trials["head"][:n],
+                     margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
+                      if t.acceptance_missing})
+    if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
+        verdict = dataclasses.replace(
+            verdict, reason=f"{verdict.reason}; acceptance length not derived: {'; '.join(missing)}")
+    return verdict
 
 
 def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:

@@ -148,7 +148,7 @@ async def measure(
                     )
             sample.raise_if_invalid()
             log_text = await process.read_log(window["log_offset"]) if adapter.reads_log else ""
-            figures = await adapter.end_window(client, window["start"], sample, log_text)
+            figures = await adapter.end_window(client, window["start"], sample, log_text, mode)
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
         pgid=process.pgid, log_path=log_path, started_at=started_at.isoformat(),

@@ -28,7 +28,8 @@ Output (stdout, one JSON object; anything the imported modules print goes to std
          {available: true, driver_version, cuda_driver_version ("13.0"), nvml_version,
           pynvml_version, pynvml_source ("engine" | "specperf"), device_count,
           devices: [ per GPU, NVML index order:
-            index, name, uuid, pci_bus_id, vbios_version, pstate (0..15),
+            index, name, brand (NVML product brand: "GEFORCE", "TESLA", "NVIDIA_RTX", ...),
+            uuid, pci_bus_id, vbios_version, pstate (0..15),
             sm_clock_mhz, sm_clock_max_mhz, sm_app_clock_mhz, sm_default_app_clock_mhz,
             mem_clock_mhz, mem_clock_max_mhz, mem_app_clock_mhz, graphics_clock_mhz,
             clock_event_reasons (int bit mask), clock_event_reason_names ([str]),
@@ -316,6 +317,14 @@ def _gpu_readings(nv, source, cheap):
     return out
 
 
+def brand_name(nv, code):
+    """NVML's product brand code as its constant's name: 5 -> "GEFORCE", 2 -> "TESLA"."""
+    for attr in dir(nv):
+        if attr.startswith("NVML_BRAND_") and attr != "NVML_BRAND_COUNT" and getattr(nv, attr) == code:
+            return attr[len("NVML_BRAND_"):]
+    return str(code)
+
+
 def _device(nv, index, cheap):
     unavailable = {}
     get = _getter(nv, unavailable)
@@ -326,6 +335,8 @@ def _device(nv, index, cheap):
         return {"index": index, "error": "NVMLError_%s" % _nvml_error_name(exc)}
     d = {"index": index}
     d["name"] = _text(get("name", nv.nvmlDeviceGetName, h))
+    brand = get("brand", nv.nvmlDeviceGetBrand, h)
+    d["brand"] = None if brand is None else brand_name(nv, brand)
     d["uuid"] = _text(get("uuid", nv.nvmlDeviceGetUUID, h))
     pci = get("pci_bus_id", nv.nvmlDeviceGetPciInfo, h)
     d["pci_bus_id"] = _text(pci.busId) if pci is not None else None
