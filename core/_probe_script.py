@@ -53,8 +53,10 @@ Output (stdout, one JSON object; anything the imported modules print goes to std
                       reason?},
                packages: {torch|vllm|sglang|sgl_kernel|flashinfer|triton|transformers:
                           {version, path, distribution, version_source}},
-               env: {NAME: value} for NCCL_*, CUDA_*, SGLANG_*, VLLM_*, TORCH_*, PYTORCH_*
-                    (values of names that contain KEY, TOKEN, SECRET or PASSWORD: "<redacted>")}
+               env: {NAME: value}, the whole environment but session bookkeeping (PWD, OLDPWD,
+                    SHLVL, _, SSH_CLIENT, SSH_CONNECTION, SSH_TTY, SSH_AUTH_SOCK, ...)
+                    (values of names that contain KEY, TOKEN, SECRET, PASSWORD, PASSWD,
+                    CREDENTIAL, PRIVATE or SIGNATURE: "<redacted>"; a URL's password too)}
               (cheap: env only)
     system: {hostname, kernel, os, cpu_model, cpu_count, cpu_affinity_count, cpu_governor,
              transparent_hugepage, loadavg_1m, loadavg_5m, loadavg_15m, mem_total_mib,
@@ -94,8 +96,14 @@ DISTRIBUTIONS = {
     "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"),
     "transformers": ("transformers",),
 }
-ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "VLLM_", "TORCH_", "PYTORCH_")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+# Names that look secret (cloud credentials included: AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+# GOOGLE_APPLICATION_CREDENTIALS, AZURE_CLIENT_SECRET): the value is kept as "<redacted>".
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "SIGNATURE")
+# The shell's and the login session's bookkeeping (where and how deep a shell was, which SSH
+# connection and port): they change with every session, not with what the engine runs with
+SESSION_VARIABLES = frozenset(("PWD", "OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+                               "SSH_AUTH_SOCK", "XDG_SESSION_ID", "INVOCATION_ID", "JOURNAL_STREAM"))
+_URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)[^@/\s]+@")
 # NVML clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*
 CLOCK_EVENT_REASONS = (
     (0x1, "gpu_idle"),
@@ -591,13 +599,15 @@ def _nccl_from_library():
 
 
 def environment():
-    """The ``NCCL_*``, ``CUDA_*``, ``SGLANG_*``, ``VLLM_*``, ``TORCH_*``, ``PYTORCH_*`` variables,
-    with secret-looking values redacted."""
+    """The whole environment as the engine sees it, shell and session bookkeeping (``PWD``,
+    ``SHLVL``, ``SSH_CONNECTION``, ...) left out; the value of a secret-looking name is "<redacted>" (present, not shown), and a
+    password inside a URL value (``postgresql://user:pw@host``) is redacted in place."""
     out = {}
     for name in sorted(os.environ):
-        if name.startswith(ENV_PREFIXES):
-            secret = any(word in name.upper() for word in SECRET_WORDS)
-            out[name] = "<redacted>" if secret else os.environ[name]
+        if name in SESSION_VARIABLES:
+            continue
+        secret = any(word in name.upper() for word in SECRET_WORDS)
+        out[name] = "<redacted>" if secret else _URL_PASSWORD.sub(r"\1<redacted>@", os.environ[name])
     return out
 
 
