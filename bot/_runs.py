@@ -63,7 +63,9 @@ def stored_environment(stored: storage.StoredRun) -> dict:
     seq = {t.id: t.seq for t in stored.trials}
     drift = {seq[tid]: lines for tid, snaps in per_trial.items()
              if (lines := core.drift_lines(snaps.get("before"), snaps.get("after")))}
-    return {"arms_differ": [c.line for c in core.diff_snapshots(*arms)] if all(arms) else [], "drift": drift}
+    run = stored.run
+    differ = core.arm_differences(*arms, run.base_sha, run.head_sha) if all(arms) else []
+    return {"arms_differ": differ, "drift": drift}
 
 
 def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[dict, dict]:

@@ -10,7 +10,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     measure, TrialResult
     parse_decode_line, DecodeLogLine
     compare, resolve_refs, CompareRequest, CompareResult, CompareObserver, Arm, CompareConfig,
-    StorageConfig, verdict_for, arm_trial, figures, drift_lines, summarize, render_chart
+    StorageConfig, verdict_for, arm_trial, arm_differences, figures, drift_lines, summarize, render_chart
     decide, Verdict, ArmTrial, speedup, speedup_change, Speedup, REGRESSION, IMPROVEMENT,
     NO_CHANGE, INCONCLUSIVE
     probe, probe_cheap, probe_async, probe_options, probe_script_text, parse_probe_output, ProbeError
@@ -44,6 +44,7 @@ from core._compare import (
     figures,
     resolve_refs,
     verdict_for,
+    arm_differences,
 )
 from core._config import (
     AllowList,
@@ -138,7 +139,7 @@ __all__ = [
     "TrialResult", "measure",
     "DecodeLogLine", "parse_decode_line",
     "Arm", "CompareObserver", "CompareRequest", "CompareResult", "arm_trial", "compare", "resolve_refs",
-    "verdict_for", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
+    "verdict_for", "arm_differences", "figures", "drift_lines", "CompareConfig", "StorageConfig", "summarize", "render_chart",
     "IMPROVEMENT", "INCONCLUSIVE", "NO_CHANGE", "REGRESSION", "ArmTrial", "Speedup", "Verdict", "decide",
     "speedup", "speedup_change",
     "GitError", "check_ref_text", "BuildError", "first_parent_order", "first_parent_range", "resolve_commit", "branch_head",

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
-from core._errors import EngineError, SpecperfError
+from core._errors import EngineError, HostBusyError, SpecperfError
 from core._fingerprint import Category, diff_snapshots
 from core._host import EngineHandle, Host
 from core._hygiene import clean_gpus
@@ -76,7 +76,8 @@ class CompareRequest:
 
 @dataclass
 class CompareResult:
-    """The outcome. ``status``: done, failed or interrupted; ``trials[mode][role]`` in pair order."""
+    """The outcome. ``status``: done, failed, refused (the host was busy: foreign processes on
+    its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order."""
 
     status: str
     base_sha: str
@@ -154,7 +155,7 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     """Run the experiment described by ``request``; see the module docstring.
 
     ``shas`` (base, head) skips resolution when the caller already resolved the refs.
-    Returns a result with status ``done`` or ``failed``; on cancellation (Ctrl-C) the
+    Returns a result with status ``done``, ``failed`` or ``refused``; on cancellation (Ctrl-C) the
     observer's ``finished`` gets status ``interrupted`` and the cancellation propagates.
 
     Raises:
@@ -168,6 +169,9 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     try:
         await _experiment(request, obs, result)
         result.status = "done"
+    except HostBusyError as exc:
+        result.status = "refused"
+        result.reason = str(exc)
     except SpecperfError as exc:
         result.status = "failed"
         result.verdicts = {}  # no verdict from a partial run
@@ -206,7 +210,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
     full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
             for role in engines}
     if all(full.values()):
-        result.arm_env_diff = [c.line for c in diff_snapshots(full["base"], full["head"])]
+        result.arm_env_diff = arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
     for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
                                  grace_s=engine.stop_grace_s):  # again: a newcomer during the builds
         obs.progress(line)
@@ -250,6 +254,20 @@ async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, s
         return None
     obs.snapshot(phase, data, seq)
     return data
+
+
+def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> list[str]:
+    """What differs between the two arms' full snapshots, less what differs by construction:
+    each arm has its own worktree (``.../worktrees/<sha>``) and build folder
+    (``.../builds/<sha>``), so a value that differs only in its arm's SHA (the checkout's
+    path, ``PYTHONPATH``, a build's interpreter and package paths) is left out; the commit
+    itself is kept."""
+    def by_construction(change) -> bool:
+        before, after = change.before, change.after
+        return (isinstance(before, str) and isinstance(after, str) and before != base_sha
+                and base_sha in before and head_sha in after
+                and before.replace(base_sha, "<sha>") == after.replace(head_sha, "<sha>"))
+    return [c.line for c in diff_snapshots(base, head) if not by_construction(c)]
 
 
 def drift_lines(before: dict | None, after: dict | None) -> list[str]:
