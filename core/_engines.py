@@ -10,8 +10,15 @@ about speculative decoding over one measured window.
   in order of preference, per-request ``spec_verify_ct`` (completion tokens / verify steps),
   the scheduler's 'Decode batch' log lines of the window, or the ``sglang:spec_accept_length``
   gauge; engine tok/s from the log lines' ``gen throughput``.
-* command: any OpenAI-compatible server started by a configured argv; ready after its
-  health path answers 200 and one real completion succeeds; reports no engine figures.
+* command: any OpenAI-compatible server started by a configured argv (``transformers serve``,
+  for one); ready after its health path answers 200 and one real completion succeeds;
+  reports no engine figures.
+
+Every kind finds at readiness how the server holds the output length fixed (the engine's
+``output_length``, ``probe`` by default): the ready completion carries ``ignore_eos``; a
+server that refuses the field (HTTP 400 or 422, as ``transformers serve`` does) is asked
+again with ``min_tokens``, then with ``max_tokens`` alone. The method found is
+:attr:`EngineAdapter.length_method`, which the benchmark client then uses.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import httpx
 
 from core._config import EngineConfig
 from core._errors import EngineExitedError, EngineNotReadyError
-from core._loadgen import Sample
+from core._loadgen import LENGTH_METHODS, Sample, length_fields
 from core._prometheus import sample_sums, sample_values
 from core._sglang_log import window_figures
 
@@ -61,6 +68,7 @@ class EngineAdapter:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        self.length_method = "ignore_eos" if config.output_length == "probe" else config.output_length
 
     def launch_argv(self, mode: str) -> list[str]:
         """The full launch argv for ``mode`` (CPU pinning prefix included).
@@ -84,7 +92,8 @@ class EngineAdapter:
         self, client: httpx.AsyncClient, timeout_s: float, exited: Callable[[], int | None],
         log_tail: Callable[[], Awaitable[str]],
     ) -> None:
-        """Poll the health route, then send one real completion, until both succeed.
+        """Poll the health route, then send one real completion, until both succeed; the
+        completion also finds :attr:`length_method` (module docstring).
 
         Args:
             client: bound to the engine's base URL.
@@ -99,6 +108,7 @@ class EngineAdapter:
         deadline = time.monotonic() + timeout_s
         healthy = False
         last = "no answer yet"
+        methods = list(LENGTH_METHODS if self.config.output_length == "probe" else [self.config.output_length])
         while True:
             code = exited()
             if code is not None:
@@ -120,13 +130,17 @@ class EngineAdapter:
                 else:
                     response = await client.post(
                         "/v1/completions",
-                        json={"model": self.config.request_model_name, "prompt": "ready",
-                              "max_tokens": 1, "temperature": 0.0},
+                        json={"model": self.config.request_model_name, "prompt": "ready", "temperature": 0.0,
+                              **length_fields(methods[0], 1)},
                         timeout=max(0.1, remaining),
                     )
-                    last = f"first completion -> {response.status_code}"
+                    last = f"first completion ({methods[0]}) -> {response.status_code}"
                     if response.status_code == 200:
+                        self.length_method = methods[0]
                         return
+                    if response.status_code in (400, 422) and len(methods) > 1:
+                        methods.pop(0)  # the server refuses that field: try the next method now
+                        continue
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__} on {'completion' if healthy else self.health_path}"
             await asyncio.sleep(0.5)

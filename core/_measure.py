@@ -27,6 +27,7 @@ class TrialResult:
 
     ``ready_s``: launch to ready, seconds. ``pgid``: the engine's process group.
     ``sample``: the client's measurement; ``engine``: what the engine reported.
+    ``length_method``: how the output length was held fixed (core._loadgen.LENGTH_METHODS).
     """
 
     engine_name: str
@@ -39,6 +40,7 @@ class TrialResult:
     ready_s: float
     sample: Sample
     engine: EngineFigures
+    length_method: str = "ignore_eos"
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict: summary figures plus every request record."""
@@ -51,6 +53,7 @@ class TrialResult:
             "log_path": self.log_path,
             "started_at": self.started_at,
             "ready_s": self.ready_s,
+            "length_method": self.length_method,
             "client": self.sample.summary(),
             "engine": dataclasses.asdict(self.engine),
             "requests": [
@@ -137,7 +140,7 @@ async def measure(
             try:
                 sample = await run_workload(
                     base_url, engine.request_model_name, workload,
-                    on_request_done=on_request_done, on_measure_start=begin,
+                    on_request_done=on_request_done, on_measure_start=begin, length_method=adapter.length_method,
                 )
             finally:
                 if process.returncode is not None:
@@ -152,5 +155,5 @@ async def measure(
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
         pgid=process.pgid, log_path=log_path, started_at=started_at.isoformat(),
-        ready_s=ready_s, sample=sample, engine=figures,
+        ready_s=ready_s, sample=sample, engine=figures, length_method=adapter.length_method,
     )
