@@ -16,7 +16,8 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, fmt, load, open_host
+from bot._common import data_dir, database, fmt, open_host
+from bot._settings import load_config
 
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
@@ -90,7 +91,10 @@ def print_summary(console: Console, summary: dict) -> None:
                       fmt(latest["output_tok_s"]), _pct(e["change_vs_7d_median_pct"]), vs_good,
                       fmt(latest["acceptance_length"], 2), str(e["n_points"]))
     console.print(table)
-    say = lambda text: console.print(text, markup=False, highlight=False)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
     for e in summary["series"]:
         where = f"{e['engine']} {e['mode']}"
         for cp in e["change_points"]:
@@ -129,7 +133,7 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
         path = getattr(args, option)
         if path and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
             raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
-    config = load(args.config)
+    config = load_config(args.config)
     db = database(config, args.db)
     notes: list[str] = []
     orders = await commit_orders(config, args.engine, notes.append)

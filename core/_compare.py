@@ -18,7 +18,7 @@ as drifted; the rule is to keep it in the statistics and name it in the report, 
 can judge (excluding launches after the fact would bias the verdict toward whichever arm
 happened to drift less). A probe that fails is reported, never fatal.
 
-Everything runs on the request's host (core._host): worktrees, builds, the probe, the engine;
+Everything runs on the request's host (core._hosts): worktrees, builds, the probe, the engine;
 before the first launch the host's GPUs are cleared of leftover engines of ours, and a
 foreign GPU process makes the run fail with its pid, user and command unless
 ``force_clean`` (core._hygiene).
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import time
 from dataclasses import dataclass, field
 
@@ -36,7 +37,7 @@ from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._errors import EngineError, HostBusyError, SpecperfError
 from core._fingerprint import Category, diff_snapshots
-from core._host import EngineHandle, Host
+from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
 from core._measure import TrialResult, measure
 from core._probe import ProbeError, probe_async
@@ -74,12 +75,24 @@ class CompareRequest:
     force_clean: bool = False
 
 
+class RunStatus(enum.StrEnum):
+    """Where a compare stands: ``running``, then ``done``, ``failed``, ``refused`` (the host was
+    busy: foreign processes on its GPUs; a host error, nothing launched) or ``interrupted``;
+    equal to (and stored as) its text."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    REFUSED = "refused"
+    INTERRUPTED = "interrupted"
+
+
 @dataclass
 class CompareResult:
     """The outcome. ``status``: done, failed, refused (the host was busy: foreign processes on
     its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order."""
 
-    status: str
+    status: RunStatus
     base_sha: str
     head_sha: str
     trials: dict[str, dict[str, list[TrialResult]]] = field(default_factory=dict)
@@ -163,22 +176,22 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     """
     obs = observer or CompareObserver()
     base_sha, head_sha = shas or await resolve_refs(request)
-    result = CompareResult("running", base_sha, head_sha,
+    result = CompareResult(RunStatus.RUNNING, base_sha, head_sha,
                            trials={m: {"base": [], "head": []} for m in request.modes})
     obs.started(base_sha, head_sha)
     try:
         await _experiment(request, obs, result)
-        result.status = "done"
+        result.status = RunStatus.DONE
     except HostBusyError as exc:
-        result.status = "refused"
+        result.status = RunStatus.REFUSED
         result.reason = str(exc)
     except SpecperfError as exc:
-        result.status = "failed"
+        result.status = RunStatus.FAILED
         result.verdicts = {}  # no verdict from a partial run
         result.reason = str(exc).split("\n--- engine log tail ---\n")[0]
         result.log_tail = exc.log_tail if isinstance(exc, EngineError) else None
     except (asyncio.CancelledError, KeyboardInterrupt):
-        result.status = "interrupted"
+        result.status = RunStatus.INTERRUPTED
         result.verdicts = {}
         result.reason = "interrupted by the user"
         obs.finished(result)

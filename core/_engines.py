@@ -68,7 +68,7 @@ class EngineAdapter:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.length_method = "ignore_eos" if config.output_length == "probe" else config.output_length
+        self.length_method: str = "ignore_eos" if config.output_length == "probe" else config.output_length
 
     def launch_argv(self, mode: str) -> list[str]:
         """The full launch argv for ``mode`` (CPU pinning prefix included).
@@ -108,7 +108,8 @@ class EngineAdapter:
         deadline = time.monotonic() + timeout_s
         healthy = False
         last = "no answer yet"
-        methods = list(LENGTH_METHODS if self.config.output_length == "probe" else [self.config.output_length])
+        methods: list[str] = list(LENGTH_METHODS if self.config.output_length == "probe"
+                                  else [self.config.output_length])
         while True:
             code = exited()
             if code is not None:
@@ -127,6 +128,8 @@ class EngineAdapter:
                     response = await client.get(self.health_path, timeout=min(5.0, remaining))
                     healthy = response.status_code == 200
                     last = f"GET {self.health_path} -> {response.status_code}"
+                    if healthy:
+                        continue  # the completion at once, not half a second later
                 else:
                     response = await client.post(
                         "/v1/completions",

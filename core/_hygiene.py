@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 
 from core._errors import HostBusyError
-from core._host import Host
+from core._hosts import Host
 
 
 @dataclass
@@ -62,7 +62,7 @@ async def gpu_holders(host: Host, snapshot: dict | None = None) -> list[Holder]:
     found: dict[int, Holder] = {}
     for info in await host.holders():
         found[info["pid"]] = _classify(host, info, "device")
-    nvml_pids = set()
+    nvml_pids: set[int] = set()
     for device in ((snapshot or {}).get("gpu") or {}).get("devices") or []:
         nvml_pids.update(p["pid"] for p in device.get("processes") or [])
     described = {info["pid"]: info for info in await host.describe(sorted(nvml_pids - found.keys()))}

@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 
 from core._config import WorkloadConfig
-from core._errors import InvalidSampleError
+from core._errors import SpecperfError
 from core._workload import make_prompts
 
 
@@ -182,15 +182,16 @@ class Sample:
 LENGTH_METHODS = ("ignore_eos", "min_tokens", "max_tokens")
 
 
-def length_fields(method: str, output_len: int) -> dict:
+def length_fields(method: str, output_len: int) -> dict[str, object]:
     """The request fields that hold the output at ``output_len`` tokens with ``method`` (one
     of :data:`LENGTH_METHODS`): ``ignore_eos``, ``min_tokens`` or nothing (``max_tokens`` only).
 
     Raises:
         KeyError: an unknown method.
     """
-    return {"ignore_eos": {"ignore_eos": True}, "min_tokens": {"min_tokens": output_len},
-            "max_tokens": {}}[method] | {"max_tokens": output_len}
+    held: dict[str, dict[str, object]] = {"ignore_eos": {"ignore_eos": True}, "min_tokens": {"min_tokens": output_len},
+                                          "max_tokens": {}}
+    return {**held[method], "max_tokens": output_len}
 
 
 def _payload(api: str, model: str, prompt: str, output_len: int, length_method: str = "ignore_eos") -> dict:
@@ -391,3 +392,19 @@ async def run_workload(
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)
+
+
+class InvalidSampleError(SpecperfError):
+    """A measured sample cannot be trusted (a request returned fewer tokens than asked, or failed).
+
+    Attributes:
+        sample: the :class:`core.Sample` as measured, with every request record kept.
+    """
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+        reasons = "; ".join(sample.invalid_reasons[:5])
+        more = len(sample.invalid_reasons) - 5
+        if more > 0:
+            reasons += f"; and {more} more"
+        super().__init__(f"sample invalid: {reasons}")

@@ -17,7 +17,7 @@ import httpx
 from core._config import EngineConfig, HostConfig, WorkloadConfig
 from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
-from core._host import EngineHandle, Host, LocalHost
+from core._hosts import EngineHandle, Host, LocalHost
 from core._loadgen import RequestRecord, Sample, run_workload
 
 
@@ -114,7 +114,7 @@ async def measure(
             f"port {engine.port} on host {host.name} is already in use by {_who(taken)}; stop it or set a free "
             "engines.<name>.port in the config (specperf never stops what it did not start)"
         )
-    started_at = dt.datetime.now(dt.timezone.utc)
+    started_at = dt.datetime.now(dt.UTC)
     log_path = f"{log_dir}/{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
     async with host.launch(engine_name, argv, engine.env, log_path, cwd, engine.stop_grace_s) as process, \
             host.forward(engine.port) as base_url:

@@ -32,17 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from core import _git
-from core._config import (
-    EngineConfig,
-    TriageArea,
-    TriageGate,
-    TriageModelRule,
-    TriageRules,
-)
-from core._host import Host
+from core._config import EngineConfig
+from core._hosts import Host
+from core._triage_rules import TriageArea, TriageGate, TriageModelRule, TriageRules
 
 DEPENDENCY_WEIGHT = 100.0
 OTHER_DEPENDENCY_WEIGHT = 20.0  # a dependency file that moves no watched pin
@@ -268,7 +263,7 @@ def _requirement_pins(line: str) -> dict[str, str]:
     return found
 
 
-def _pins(lines: list[str], watched: set[str]) -> dict[str, str]:
+def _pins(lines: list[str], watched: set[NormalizedName]) -> dict[str, str]:
     found = {}
     for line in lines:
         for name, pin in _requirement_pins(line).items():
