@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 import core
-from core._triage import _Hunk, dependency_changes
+from core._triage import _Hunk, declared_default, dependency_changes, gate_state
 from tests.conftest import local_host
 from tests.test_triage import commit, engine, model_dir
 
@@ -79,3 +79,81 @@ def test_nccl_pin_in_the_dockerfile_ranks_first(tmp_path):
     assert first.sha == shas["nccl"] and first.areas == ["dependency pins"]
     assert first.dependencies == ["nvidia-nccl-cu12 ==2.26.2 -> ==2.27.3"]
     assert "pins nvidia-nccl-cu12 ==2.26.2 -> ==2.27.3" in first.line()
+
+
+ENVIRON = "from sglang.srt.environ_types import EnvBool\n\n\nclass Envs:\n    SGLANG_ENABLE_SPEC_V2 = EnvBool({v2})\n\n\nenvs = Envs()\n"
+EAGLE = '''from sglang.srt.environ import envs
+
+
+class EAGLEWorker:
+    def forward_batch(self, batch):
+        if envs.SGLANG_ENABLE_SPEC_V2.get():
+            return self._overlapped(batch{extra})
+        return self._plain(batch)
+'''
+
+
+def sglang_triage(tmp_path, steps: list[tuple[str, dict[str, str]]], env=None) -> dict[str, core.TriageEntry]:
+    repo = tmp_path / "sglang"
+    shas = {tag: commit(repo, tag, tag, files) for tag, files in steps}
+    model = model_dir(tmp_path / "models", "llama", "LlamaForCausalLM", "llama")
+    report = asyncio.run(core.triage(local_host(tmp_path / "work"), str(repo), steps[0][0], steps[-1][0],
+                                     engine(repo, model, env=env), core.TriageConfig().rules_for("sglang", "sglang")))
+    return {tag: report.entry(sha) for tag, sha in shas.items() if tag != steps[0][0]}
+
+
+def test_gate_on_by_default_in_the_commits_env_registry_is_live(tmp_path):
+    """The issue's input: environ.py has EnvBool(True) at both commits; the mode sets no env."""
+    entries = sglang_triage(tmp_path, [
+        ("good", {"python/sglang/srt/environ.py": ENVIRON.format(v2="True"),
+                  "python/sglang/srt/speculative/eagle_worker.py": EAGLE.format(extra="")}),
+        ("v2", {"python/sglang/srt/speculative/eagle_worker.py": EAGLE.format(extra=", chunked=True")}),
+    ])
+    entry = entries["v2"]
+    assert not entry.inert and entry.score > 0
+    assert "on by default at this commit (environ.py: SGLANG_ENABLE_SPEC_V2 = True)" in entry.note()
+    # the same registry with the default off: inert, and the env of the engine turns it back on
+    off = sglang_triage(tmp_path / "off", [
+        ("good", {"python/sglang/srt/environ.py": ENVIRON.format(v2="default=False"),
+                  "python/sglang/srt/speculative/eagle_worker.py": EAGLE.format(extra="")}),
+        ("v2", {"python/sglang/srt/speculative/eagle_worker.py": EAGLE.format(extra=", chunked=True")}),
+    ])["v2"]
+    assert off.inert and "off by default at this commit (environ.py: SGLANG_ENABLE_SPEC_V2 = False)" in off.note()
+
+
+def test_a_commit_that_flips_a_declared_default_is_named(tmp_path):
+    entries = sglang_triage(tmp_path, [
+        ("good", {"python/sglang/srt/environ.py": ENVIRON.format(v2="False"),
+                  "python/sglang/srt/speculative/eagle_worker.py": EAGLE.format(extra="")}),
+        ("flip", {"python/sglang/srt/environ.py": ENVIRON.format(v2="True")}),
+        ("after", {"python/sglang/srt/speculative/eagle_worker.py": EAGLE.format(extra=", chunked=True")}),
+    ])
+    flip = entries["flip"]
+    assert "turns spec v2 (overlap scheduler for speculative decoding) on by default" in flip.note()
+    assert flip.rank == 1 and flip.score >= 65
+    assert not entries["after"].inert
+
+
+@pytest.mark.parametrize(("source", "on", "what"), [
+    # vLLM's envs.py: a lambda over os.getenv with a string default
+    ('environment_variables = {\n    "VLLM_USE_CUSTOM_AR": lambda: bool(int(os.getenv("VLLM_USE_CUSTOM_AR", "1"))),\n}\n',
+     True, "VLLM_USE_CUSTOM_AR = True"),
+    # a dataclass field named by an inverse marker: disable_... = False means on
+    ("@dataclass\nclass ParallelConfig:\n    disable_custom_all_reduce: bool = False\n", True,
+     "disable_custom_all_reduce = False"),
+    ("@dataclass\nclass ParallelConfig:\n    disable_custom_all_reduce: bool = True\n", False,
+     "disable_custom_all_reduce = True"),
+    # argparse: store_true means off by default, an explicit default wins
+    ('parser.add_argument("--use-custom-allreduce", action="store_true")\n', False, "use_custom_allreduce = False"),
+    ('parser.add_argument("--use-custom-allreduce", action="store_true", default=True)\n', True,
+     "use_custom_allreduce = True"),
+    ('get_bool_env_var("VLLM_USE_CUSTOM_AR", "false")\n', False, "VLLM_USE_CUSTOM_AR = False"),
+])
+def test_declared_default_shapes(source, on, what):
+    gate = core.TriageGate(name="custom all-reduce", markers=["use_custom_allreduce"], env=["VLLM_USE_CUSTOM_AR"],
+                           inverse_markers=["disable_custom_all_reduce"],
+                           default=core.TriageDefault(path="vllm/config/parallel.py"))
+    assert declared_default(gate, source) == (on, what)
+    state = gate_state(gate, [], {}, source)
+    assert state.on is on and f"by default at this commit (parallel.py: {what})" in state.why
+    assert declared_default(gate, "x = 1\n") is None and gate_state(gate, [], {}, "x = 1\n").on is False
