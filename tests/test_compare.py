@@ -376,3 +376,11 @@ def test_arm_differences_leave_out_what_differs_by_construction():
         f"/var/tmp/specperf/builds/{b_sha}/lib:/usr/local/cuda/lib64",
         "env SGL_ENABLE_JIT_DEEPGEMM unset -> 1",
     ]
+
+
+def test_slack_shows_a_refused_run_as_refused():
+    from bot._slack_blocks import failure_blocks
+
+    blocks, text = failure_blocks("job 3, run 7", "GPU0 is held by pid 4242 (alice): python train.py", None, "REFUSED")
+    assert text == "job 3, run 7 REFUSED: GPU0 is held by pid 4242 (alice): python train.py"
+    assert blocks[0]["text"]["text"] == "REFUSED: job 3, run 7"
