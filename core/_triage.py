@@ -389,10 +389,11 @@ def gate_state(gate: TriageGate, args: list[str], env: dict[str, str], default_t
             on = env[name].strip().lower() in _TRUE
             return GateState(gate.name, on, f"env {name}={env[name]}")
     if gate.default is not None:
-        on, where = _default_on(gate, default_text)
-        if on is not None:
-            given = "" if on or not gate.enable_args else f" and no {' or '.join(gate.enable_args)} is given"
-            return GateState(gate.name, on, f"{'on' if on else 'off'} by default at this commit ({where}){given}")
+        declared, where = _default_on(gate, default_text)
+        if declared is not None:
+            given = "" if declared or not gate.enable_args else f" and no {' or '.join(gate.enable_args)} is given"
+            return GateState(gate.name, declared,
+                             f"{'on' if declared else 'off'} by default at this commit ({where}){given}")
     turn = gate.disable_args if gate.default_on else gate.enable_args + gate.env
     return GateState(gate.name, gate.default_on, f"{'on' if gate.default_on else 'off'} by default"
                      + (f" (no {' or '.join(turn)} given)" if turn else ""))
