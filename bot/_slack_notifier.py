@@ -161,7 +161,7 @@ class SlackNotifier(Notifier):
         await self._reply(thread, blocks=verdict_blocks(stored, report), text=text)
         title = f"run {run_id}: {stored.run.engine_name} {stored.run.head_sha[:12]} vs {stored.run.base_sha[:12]}"
         chart = data_dir() / "charts" / f"run-{run_id}.png"
-        await asyncio.to_thread(core.render_chart, trials, chart, title)
+        await asyncio.to_thread(core.render_chart, trials, chart, title, report.get("launches"))
         if thread.thread_ts is not None:
             await self.upload(thread.channel, thread.thread_ts, chart, title)
 

@@ -9,14 +9,15 @@ it has ``min_trials`` launches per arm and a verdict other than INCONCLUSIVE, or
 A launch that fails (no build, no start, never ready, died, truncated output) ends the run
 as FAILED with the reason and the engine's log tail: no verdict is made from a partial run.
 
-The environment is probed (core._probe) with each commit's engine interpreter and settings:
-in full once per arm before the first launch (a difference between the arms is reported:
-in build mode it names the package whose version differs), and cheaply before and after
-every launch. A launch whose before and after snapshots differ in anything that moves
-throughput (driver, NCCL, torch, engine libraries, clocks and links, GPU processes) is marked
-as drifted; the rule is to keep it in the statistics and name it in the report, so a reader
-can judge (excluding launches after the fact would bias the verdict toward whichever arm
-happened to drift less). A probe that fails is reported, never fatal.
+The environment is probed (core._probe) with each commit's engine interpreter and settings,
+in full once per arm before the first launch (a difference between the arms is reported: in
+build mode it names the package whose version differs). During each launch's measured
+requests the window monitor (core._window) records what else ran on the host and its GPUs;
+each trial is judged disturbed or not (core._disturbance, ``[compare.disturbance]``) and
+``on_disturbed`` decides: ``remeasure`` (default) leaves the disturbed trial's pair out of the
+statistics and measures another ABBA round, up to ``max_remeasured_pairs`` pairs per mode;
+``keep`` keeps it and names it; ``fail`` ends the run as FAILED. Disturbed trials are always
+stored and shown. A monitor that fails is reported, never fatal.
 
 Everything runs on the request's host (core._hosts): worktrees, builds, the probe, the engine;
 before the first launch the host's GPUs are cleared of leftover engines of ours, and a
@@ -35,12 +36,14 @@ from dataclasses import dataclass, field
 
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
+from core._disturbance import Disturbance, judge_trials, judge_window
 from core._errors import EngineError, HostBusyError, SpecperfError
-from core._fingerprint import Category, diff_snapshots
+from core._fingerprint import diff_snapshots
 from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
 from core._measure import TrialResult, measure
 from core._probe import ProbeError, probe_async
+from core._report import launch_rows
 from core._stats import INCONCLUSIVE, ArmTrial, Verdict, decide
 from core._worktree_engine import build_commit, check_import, engine_for_commit
 
@@ -90,7 +93,10 @@ class RunStatus(enum.StrEnum):
 @dataclass
 class CompareResult:
     """The outcome. ``status``: done, failed, refused (the host was busy: foreign processes on
-    its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order."""
+    its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order,
+    ``seqs[mode][role]`` their launch numbers, ``windows[seq]`` what the window monitor
+    saw, ``disturbed[seq]`` the judgement of each disturbed trial, ``left_out[mode]`` the pair
+    indexes left out of the statistics (``on_disturbed = "remeasure"``)."""
 
     status: RunStatus
     base_sha: str
@@ -99,9 +105,18 @@ class CompareResult:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     imported: dict[str, dict | None] = field(default_factory=dict)
     arm_env_diff: list[str] = field(default_factory=list)
-    drift: dict[int, list[str]] = field(default_factory=dict)
+    seqs: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    windows: dict[int, dict | None] = field(default_factory=dict)
+    disturbed: dict[int, Disturbance] = field(default_factory=dict)
+    left_out: dict[str, list[int]] = field(default_factory=dict)
     reason: str | None = None
     log_tail: str | None = None
+
+    def launches(self) -> list[dict]:
+        """Every launch in order with its disturbance (:func:`core.launch_rows`)."""
+        tok_s = {seq: trial.sample.output_tok_s for mode, by_role in self.trials.items()
+                 for role, arm in by_role.items() for seq, trial in zip(self.seqs[mode][role], arm)}
+        return launch_rows(self.seqs, tok_s, self.disturbed, self.left_out, self.windows)
 
 
 class CompareObserver:
@@ -140,9 +155,41 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> V
 
 
 def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
-    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`."""
-    return {mode: {role: [arm_trial(t) for t in trials] for role, trials in by_role.items()}
+    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`, without
+    the pairs left out as disturbed."""
+    return {mode: kept({role: [arm_trial(t) for t in trials] for role, trials in by_role.items()},
+                       result.left_out.get(mode, []))
             for mode, by_role in result.trials.items()}
+
+
+def kept(trials: dict[str, list], left_out: list[int]) -> dict[str, list]:
+    """``trials[role]`` without the pairs whose index is in ``left_out``."""
+    drop = set(left_out)
+    return {role: [t for i, t in enumerate(arm) if i not in drop] for role, arm in trials.items()}
+
+
+def judge_compare(seqs: dict[str, dict[str, list[int]]], windows: dict[int, dict | None],
+                  settings: CompareConfig) -> tuple[dict[int, Disturbance], dict[str, list[int]]]:
+    """The disturbed trials of a compare and, per mode, the pair indexes left out of the
+    statistics: under ``on_disturbed = "remeasure"`` the first ``max_remeasured_pairs``
+    pairs (of a mode) with a disturbed trial; none otherwise.
+
+    Args:
+        seqs: ``[mode][role]`` launch numbers in pair order.
+        windows: ``{launch number: window document}``.
+    """
+    disturbed: dict[int, Disturbance] = {}
+    left_out: dict[str, list[int]] = {}
+    for mode, by_role in seqs.items():
+        mode_seqs = [seq for arm in by_role.values() for seq in arm]
+        disturbed.update(judge_trials({seq: windows.get(seq) for seq in mode_seqs}, settings.disturbance))
+        left_out[mode] = []
+        if settings.on_disturbed != "remeasure":
+            continue
+        for i, pair in enumerate(zip(by_role.get("base", []), by_role.get("head", []))):
+            if any(seq in disturbed for seq in pair) and len(left_out[mode]) < settings.max_remeasured_pairs:
+                left_out[mode].append(i)
+    return disturbed, left_out
 
 
 async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
@@ -177,7 +224,8 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     obs = observer or CompareObserver()
     base_sha, head_sha = shas or await resolve_refs(request)
     result = CompareResult(RunStatus.RUNNING, base_sha, head_sha,
-                           trials={m: {"base": [], "head": []} for m in request.modes})
+                           trials={m: {"base": [], "head": []} for m in request.modes},
+                           seqs={m: {"base": [], "head": []} for m in request.modes})
     obs.started(base_sha, head_sha)
     try:
         await _experiment(request, obs, result)
@@ -236,25 +284,29 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
             for role in ABBA:
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
-                trial = await _one_trial(request, obs, arm, seq, *engines[role], result)
+                trial = await _one_trial(request, obs, arm, seq, *engines[role])
                 result.trials[mode][role].append(trial)
+                result.seqs[mode][role].append(seq)
+                result.windows[seq] = trial.window
                 if settings.cooldown_s:
                     await asyncio.sleep(settings.cooldown_s)
+        result.disturbed, result.left_out = judge_compare(result.seqs, result.windows, settings)
         view = figures(result)
         result.verdicts = {m: verdict_for(view[m], settings) for m in request.modes}
         obs.verdicts_updated(result.verdicts)
         launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0
         undecided = [
             m for m in undecided
-            if len(result.trials[m]["base"]) < settings.min_trials
-            or (result.verdicts[m].verdict == INCONCLUSIVE and len(result.trials[m]["base"]) < settings.max_trials)
+            if len(view[m]["base"]) < settings.min_trials
+            or (result.verdicts[m].verdict == INCONCLUSIVE and len(view[m]["base"]) < settings.max_trials)
         ]
         if undecided and time.monotonic() > deadline:
             obs.progress(f"time budget of {settings.time_budget_s:.0f} s spent after {launches} launches per arm")
             break
 
 
-_DRIFT = {Category.DRIVER, Category.NCCL, Category.TORCH, Category.ENGINE, Category.CLOCKS_LINKS}
+class DisturbedError(SpecperfError):
+    """A trial was disturbed and ``on_disturbed = "fail"``."""
 
 
 async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, seq: int | None,
@@ -283,17 +335,9 @@ def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> lis
     return [c.line for c in diff_snapshots(base, head) if not by_construction(c)]
 
 
-def drift_lines(before: dict | None, after: dict | None) -> list[str]:
-    """What changed between a launch's before and after snapshots that can move throughput."""
-    if not (before and after):
-        return []
-    return [c.line for c in diff_snapshots(before, after) if c.category in _DRIFT]
-
-
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
-                     engine: EngineConfig, tree: str, result: CompareResult) -> TrialResult:
+                     engine: EngineConfig, tree: str) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
-    before = await _snapshot(request, obs, "before", seq, engine, tree)
     try:
         trial = await measure(
             request.engine_name, engine, arm.mode, request.workload_name, request.workload,
@@ -304,8 +348,16 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
         obs.trial_failed(arm, seq, str(exc))
         raise
     obs.trial_finished(arm, seq, trial)
-    drift = drift_lines(before, await _snapshot(request, obs, "after", seq, engine, tree))
-    if drift:
-        result.drift[seq] = drift
-        obs.progress(f"trial {seq}: environment drifted: {'; '.join(drift)}")
+    if trial.window is not None:
+        obs.snapshot("window", trial.window, seq)
+    if trial.window and "error" in trial.window:
+        obs.progress(f"trial {seq}: {trial.window['error']}")
+    judged = judge_window(trial.window, request.settings.disturbance)
+    if judged.disturbed:
+        policy = request.settings.on_disturbed
+        obs.progress(f"trial {seq} disturbed ({policy}): {'; '.join(judged.reasons)}")
+        if policy == "fail":
+            raise DisturbedError(f"trial {seq} ({arm.mode} {arm.role}) was disturbed: {'; '.join(judged.reasons)} "
+                                 "(on_disturbed = \"fail\"; set [compare] on_disturbed = \"remeasure\" to measure "
+                                 "its pair again instead)")
     return trial

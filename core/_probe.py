@@ -41,7 +41,8 @@ def probe_script_text() -> str:
     return PROBE_SCRIPT.read_text()
 
 
-def _own_pynvml_dir() -> str | None:
+def own_pynvml_dir() -> str | None:
+    """The folder of specperf's own ``pynvml.py`` (a fallback for an engine Python without one)."""
     spec = importlib.util.find_spec("pynvml")
     if spec is None or not spec.origin:
         return None
@@ -105,7 +106,7 @@ def parse_probe_output(stdout: str, source: str) -> dict:
 def _argv(python: str, cheap: bool, import_torch: bool, repo: str | None, sample_s: float | None,
           stdin_script: bool) -> list[str]:
     options = probe_options(cheap=cheap, import_torch=import_torch, repo=repo,
-                            pynvml_dir=_own_pynvml_dir(), sample_s=sample_s)
+                            pynvml_dir=own_pynvml_dir(), sample_s=sample_s)
     return [python, "-" if stdin_script else str(PROBE_SCRIPT), *options]
 
 
@@ -194,7 +195,7 @@ async def probe_async(python: str = sys.executable, *, cheap: bool = False, impo
     host = host or LocalHost("local", HostConfig(), "")
     remote = not host.is_local
     options = probe_options(cheap=cheap, import_torch=import_torch, repo=repo,
-                            pynvml_dir=None if remote else _own_pynvml_dir(), sample_s=sample_s)
+                            pynvml_dir=None if remote else own_pynvml_dir(), sample_s=sample_s)
     argv = [python, "-" if remote else str(PROBE_SCRIPT), *options]
     started = time.monotonic()
     try:

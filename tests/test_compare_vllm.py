@@ -71,3 +71,10 @@ def test_commit_that_fails_to_start_is_a_failed_run(testenv, tmp_path):
     # way the reason and the log tail say why
     assert "breaks engine start-up" in (result.log_tail or "") + result.reason
     assert stored.verdicts == []
+
+
+def test_a_quiet_compare_marks_no_trial_disturbed(slow_spec_compare):
+    # both modes, every trial: a window from the monitor, and none judged disturbed
+    result, stored = slow_spec_compare
+    assert len(result.windows) == len(stored.trials) and all("cpu" in w for w in result.windows.values())
+    assert {seq: d.reasons for seq, d in result.disturbed.items()} == {}
