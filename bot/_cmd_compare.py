@@ -141,7 +141,8 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
 
 
 async def run_compare(args: argparse.Namespace, console: Console) -> int:
-    """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run."""
+    """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run, 5 for a run the
+    host refused (foreign processes on its GPUs: a host error)."""
     _check_outputs(args)
     config = load_config(args.config)
     choice = app.choose(config, args.engine, args.workload, args.host)
@@ -170,6 +171,9 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
                                            ConsoleProgress(console), on_run=started,
                                            extra={"calibration": goal} if goal else None)
     title = f"run {run_id}: {choice.engine_name} {head_sha[:12]} vs {base_sha[:12]}"
+    if result.status == "refused":
+        console.print(Text("REFUSED", style="bold red") + Text(f": {result.reason}"))
+        return 5  # a host error (bot.cli's exit statuses)
     if result.status == "failed":
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
         if result.log_tail:
@@ -233,6 +237,10 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
                   f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
     if run.reason:
         console.print(f"reason: {run.reason}", markup=False, highlight=False)
+    if not any(t.status == "ok" for t in stored.trials):
+        console.print(f"no trial was measured: nothing to report (the run {run.status})" if run.status != "running"
+                      else "no trial measured yet", markup=False, highlight=False)
+        return 0
     report, trials = stored_report(stored, recompute=args.recompute)
     _emit(console, args, run.id, report, trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")

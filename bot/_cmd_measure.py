@@ -55,6 +55,7 @@ def print_trial(console: Console, trial: core.TrialResult,
     table.add_row("output tokens", str(sample.output_tokens))
     table.add_row("window s", fmt(sample.window_s, 2))
     table.add_row("engine ready s", fmt(trial.ready_s, 1))
+    table.add_row("output length held by", trial.length_method)
     for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         q = getattr(sample, name)
         label = name.removesuffix("_ms").upper()

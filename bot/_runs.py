@@ -45,8 +45,11 @@ def _stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
         if trial.status != "ok":
             continue
         arm = stored.arms[trial.arm_id]
+        source = trial.engine_figures_source or ""
+        missing = source.split(core.NOT_DERIVED, 1)[1] if core.NOT_DERIVED in source else None
         seqs[arm.mode][arm.role].append(trial.seq)
-        figures[trial.seq] = core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean)
+        figures[trial.seq] = core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean,
+                                           missing)
     seq_of = {t.id: t.seq for t in stored.trials}
     windows = {seq_of[s.trial_id]: s.data for s in stored.snapshots if s.trial_id is not None and s.phase == "window"}
     return seqs, figures, windows
@@ -56,7 +59,8 @@ def stored_environment(stored: storage.StoredRun) -> dict:
     """``{"arms_differ": [line]}`` from a run's per-arm snapshots."""
     by_phase = {snap.phase: snap.data for snap in stored.snapshots if snap.trial_id is None}
     arms = (by_phase.get("arm-base"), by_phase.get("arm-head"))
-    return {"arms_differ": [c.line for c in core.diff_snapshots(*arms)] if all(arms) else []}
+    run = stored.run
+    return {"arms_differ": core.arm_differences(*arms, run.base_sha, run.head_sha) if all(arms) else []}
 
 
 def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[dict, dict]:

@@ -97,11 +97,12 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
     return blocks[:50]
 
 
-def failure_blocks(run_label: str, reason: str, log_tail: str | None) -> tuple[list[dict], str]:
-    """(blocks, text fallback) for a run that could not measure: the reason and the engine's
-    log tail (its last 2,500 characters)."""
-    text = f"{run_label} FAILED: {reason}"
-    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"FAILED: {run_label}"[:150]}},
+def failure_blocks(run_label: str, reason: str, log_tail: str | None,
+                   status: str = "FAILED") -> tuple[list[dict], str]:
+    """(blocks, text fallback) for a run that could not measure (``status`` FAILED, or REFUSED
+    when the host was busy): the reason and the engine's log tail (its last 2,500 characters)."""
+    text = f"{run_label} {status}: {reason}"
+    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"{status}: {run_label}"[:150]}},
               _text(f"*reason*: {reason}")]
     if log_tail:
         tail = log_tail[-2500:].replace("```", "'''")

@@ -149,8 +149,9 @@ class SlackNotifier(Notifier):
             return
         if result is None or result.status != "done":
             reason = error or (result.reason if result else "unknown")
-            await self._final_progress(job.id, "FAILED")
-            blocks, text = failure_blocks(label, reason, result.log_tail if result else None)
+            status = "REFUSED" if result is not None and result.status == "refused" else "FAILED"
+            await self._final_progress(job.id, status)
+            blocks, text = failure_blocks(label, reason, result.log_tail if result else None, status)
             await self._reply(thread, blocks=blocks, text=text)
             return
         stored = await asyncio.to_thread(storage.load_run, self.db, run_id)

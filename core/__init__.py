@@ -77,6 +77,9 @@ from core._compare import (
     CompareRequest as CompareRequest,
 )
 from core._compare import (
+    arm_differences as arm_differences,
+)
+from core._compare import (
     arm_trial as arm_trial,
 )
 from core._compare import (
@@ -113,6 +116,7 @@ from core._disturbance import Disturbance as Disturbance
 from core._disturbance import culprit_lines as culprit_lines
 from core._disturbance import judge_trials as judge_trials
 from core._disturbance import judge_window as judge_window
+from core._engines import NOT_DERIVED as NOT_DERIVED
 from core._engines import EngineAdapter as EngineAdapter
 from core._engines import EngineFigures as EngineFigures
 from core._engines import adapter_for as adapter_for

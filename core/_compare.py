@@ -29,6 +29,7 @@ Ctrl-C (cancellation) stops the engine's process group and ends the run as inter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import time
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._disturbance import Disturbance, judge_trials, judge_window
-from core._errors import EngineError, SpecperfError
+from core._errors import EngineError, HostBusyError, SpecperfError
 from core._fingerprint import diff_snapshots
 from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
@@ -78,19 +79,22 @@ class CompareRequest:
 
 
 class RunStatus(enum.StrEnum):
-    """Where a compare stands: ``running``, then ``done``, ``failed`` or ``interrupted``; equal to
-    (and stored as) its text."""
+    """Where a compare stands: ``running``, then ``done``, ``failed``, ``refused`` (the host was
+    busy: foreign processes on its GPUs; a host error, nothing launched) or ``interrupted``;
+    equal to (and stored as) its text."""
 
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    REFUSED = "refused"
     INTERRUPTED = "interrupted"
 
 
 @dataclass
 class CompareResult:
-    """The outcome. ``status``: done, failed or interrupted; ``trials[mode][role]`` in pair
-    order, ``seqs[mode][role]`` their launch numbers, ``windows[seq]`` what the window monitor
+    """The outcome. ``status``: done, failed, refused (the host was busy: foreign processes on
+    its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order,
+    ``seqs[mode][role]`` their launch numbers, ``windows[seq]`` what the window monitor
     saw, ``disturbed[seq]`` the judgement of each disturbed trial, ``left_out[mode]`` the pair
     indexes left out of the statistics (``on_disturbed = "remeasure"``)."""
 
@@ -131,15 +135,23 @@ class CompareObserver:
 def arm_trial(trial: TrialResult) -> ArmTrial:
     """The figures of a trial that the statistics use."""
     tpot = trial.sample.tpot_ms
-    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None)
+    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
+                    trial.engine.acceptance_missing)
 
 
 def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
-    launch order (pairs = the shorter arm's count)."""
+    launch order (pairs = the shorter arm's count). When the engine could not give acceptance
+    length, the reason names the missing counter."""
     n = min(len(trials["base"]), len(trials["head"]))
-    return decide(trials["base"][:n], trials["head"][:n],
-                  margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    verdict = decide(trials["base"][:n], trials["head"][:n],
+                     margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
+                      if t.acceptance_missing})
+    if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
+        verdict = dataclasses.replace(
+            verdict, reason=f"{verdict.reason}; acceptance length not derived: {'; '.join(missing)}")
+    return verdict
 
 
 def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
@@ -203,7 +215,7 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     """Run the experiment described by ``request``; see the module docstring.
 
     ``shas`` (base, head) skips resolution when the caller already resolved the refs.
-    Returns a result with status ``done`` or ``failed``; on cancellation (Ctrl-C) the
+    Returns a result with status ``done``, ``failed`` or ``refused``; on cancellation (Ctrl-C) the
     observer's ``finished`` gets status ``interrupted`` and the cancellation propagates.
 
     Raises:
@@ -218,6 +230,9 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     try:
         await _experiment(request, obs, result)
         result.status = RunStatus.DONE
+    except HostBusyError as exc:
+        result.status = RunStatus.REFUSED
+        result.reason = str(exc)
     except SpecperfError as exc:
         result.status = RunStatus.FAILED
         result.verdicts = {}  # no verdict from a partial run
@@ -256,7 +271,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
     full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
             for role in engines}
     if all(full.values()):
-        result.arm_env_diff = [c.line for c in diff_snapshots(full["base"], full["head"])]
+        result.arm_env_diff = arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
     for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
                                  grace_s=engine.stop_grace_s):  # again: a newcomer during the builds
         obs.progress(line)
@@ -304,6 +319,20 @@ async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, s
         return None
     obs.snapshot(phase, data, seq)
     return data
+
+
+def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> list[str]:
+    """What differs between the two arms' full snapshots, less what differs by construction:
+    each arm has its own worktree (``.../worktrees/<sha>``) and build folder
+    (``.../builds/<sha>``), so a value that differs only in its arm's SHA (the checkout's
+    path, ``PYTHONPATH``, a build's interpreter and package paths) is left out; the commit
+    itself is kept."""
+    def by_construction(change) -> bool:
+        before, after = change.before, change.after
+        return (isinstance(before, str) and isinstance(after, str) and before != base_sha
+                and base_sha in before and head_sha in after
+                and before.replace(base_sha, "<sha>") == after.replace(head_sha, "<sha>"))
+    return [c.line for c in diff_snapshots(base, head) if not by_construction(c)]
 
 
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,

@@ -97,6 +97,10 @@ class EngineConfig(_Strict):
     ``modes`` maps a mode name (``baseline``, ``eagle3``, ...) to the extra launch arguments of
     that mode; ``args`` are common to every mode. ``command`` is only for ``kind = "command"``:
     the full argv, where ``{port}``, ``{model}`` and ``{python}`` are replaced.
+    ``output_length``: how requests hold the output length fixed: ``ignore_eos``,
+    ``min_tokens`` (= ``max_tokens``), ``max_tokens`` alone (an answer cut short by the model's
+    end-of-sequence token invalidates the launch), or ``probe`` (default): the first of those
+    the server accepts at readiness (an HTTP 400/422 to a field moves on to the next).
     """
 
     kind: Literal["vllm", "sglang", "command"]
@@ -113,6 +117,7 @@ class EngineConfig(_Strict):
     modes: dict[str, list[str]] = Field(default_factory=lambda: {"baseline": []})
     command: list[str] = Field(default_factory=list)
     health_path: str = "/health"
+    output_length: Literal["probe", "ignore_eos", "min_tokens", "max_tokens"] = "probe"
     port: int = Field(default=8199, ge=1, le=65535)
     cpus: list[int] | None = None
     ready_timeout_s: float = Field(default=600.0, gt=0)

@@ -17,8 +17,12 @@ Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serv
 
 Output tokens are the server's ``usage.completion_tokens`` (asked for with
 ``stream_options.include_usage``); if the server sends no usage, the number of text chunks.
-A request that returns fewer tokens than asked, fails, or ends its stream without ``[DONE]``
-makes the sample invalid, with a reason per request.
+Output length is held fixed by the engine's length method (:data:`LENGTH_METHODS`):
+``ignore_eos`` (vLLM, SGLang), ``min_tokens`` = ``max_tokens``, or ``max_tokens`` alone, where
+a model that stops early gives a short answer. A request that returns fewer tokens than
+asked, fails, or ends its stream neither with ``[DONE]`` nor cleanly with a
+``finish_reason`` on every choice (``transformers serve`` sends no ``[DONE]``) makes the
+sample invalid, with a reason per request.
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ class RequestRecord:
             return (
                 f"request {self.index} returned {self.output_tokens} of {self.expected_tokens} tokens "
                 f"(finish_reason={self.finish_reason}): the output was truncated, so its tok/s would "
-                "be wrong; check that the engine honours ignore_eos and that max-model-len fits"
+                "be wrong; check that the engine holds the length fixed (engines.<name>.output_length) "
+                "and that max-model-len fits"
             )
         return None
 
@@ -174,12 +179,26 @@ class Sample:
         }
 
 
-def _payload(api: str, model: str, prompt: str, output_len: int) -> dict:
+LENGTH_METHODS = ("ignore_eos", "min_tokens", "max_tokens")
+
+
+def length_fields(method: str, output_len: int) -> dict[str, object]:
+    """The request fields that hold the output at ``output_len`` tokens with ``method`` (one
+    of :data:`LENGTH_METHODS`): ``ignore_eos``, ``min_tokens`` or nothing (``max_tokens`` only).
+
+    Raises:
+        KeyError: an unknown method.
+    """
+    held: dict[str, dict[str, object]] = {"ignore_eos": {"ignore_eos": True}, "min_tokens": {"min_tokens": output_len},
+                                          "max_tokens": {}}
+    return {**held[method], "max_tokens": output_len}
+
+
+def _payload(api: str, model: str, prompt: str, output_len: int, length_method: str = "ignore_eos") -> dict:
     body: dict = {
         "model": model,
-        "max_tokens": output_len,
         "temperature": 0.0,
-        "ignore_eos": True,
+        **length_fields(length_method, output_len),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -232,6 +251,7 @@ class _StreamParser:
         self.last_text_s: float | None = None
         self.usage_tokens: int | None = None
         self.done = False
+        self.finished_choices: dict[int, bool] = {}  # choice index -> has a finish_reason
 
     def feed(self, data: bytes, now: float) -> None:
         """Parse the complete lines of ``data`` (bytes as read), all stamped ``now``."""
@@ -267,8 +287,11 @@ class _StreamParser:
         if _chunk_text(event, self.api):
             self._text(now)
         for choice in event.get("choices") or []:
+            finished = self.finished_choices.get(choice.get("index", 0), False)
             if choice.get("finish_reason"):
                 record.finish_reason = choice["finish_reason"]
+                finished = True
+            self.finished_choices[choice.get("index", 0)] = finished
         usage = event.get("usage")
         if usage:
             self.usage_tokens = usage.get("completion_tokens", self.usage_tokens)
@@ -279,9 +302,11 @@ class _StreamParser:
         record = self.record
         record.end_s = now
         record.output_tokens = self.usage_tokens if self.usage_tokens is not None else record.text_chunks
-        if record.error is None and not self.done:
+        # a stream that ended cleanly with every choice finished is complete without [DONE]
+        complete = self.done or (bool(self.finished_choices) and all(self.finished_choices.values()))
+        if record.error is None and not complete:
             record.error = (
-                f"stream ended without [DONE] after {record.output_tokens} tokens "
+                f"stream ended without [DONE] and without a finish_reason after {record.output_tokens} tokens "
                 "(truncated response: the connection closed early or the engine died)"
             )
 
@@ -320,6 +345,7 @@ async def _run_requests(
     workload: WorkloadConfig,
     prompts: list[str],
     on_done: Callable[[RequestRecord], None] | None,
+    length_method: str,
 ) -> list[RequestRecord]:
     url = base_url.rstrip("/") + ("/v1/chat/completions" if workload.api == "chat" else "/v1/completions")
     records: list[RequestRecord] = []
@@ -329,7 +355,7 @@ async def _run_requests(
         for index in next_index:
             record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
             records.append(record)
-            body = _payload(workload.api, model, prompts[index], workload.output_len)
+            body = _payload(workload.api, model, prompts[index], workload.output_len, length_method)
             await _one_request(session, url, body, record, workload.api, workload.request_timeout_s)
             if on_done:
                 on_done(record)
@@ -346,6 +372,7 @@ async def run_workload(
     *,
     on_request_done: Callable[[RequestRecord], None] | None = None,
     on_measure_start: Callable[[], object] | None = None,
+    length_method: str = "ignore_eos",
 ) -> Sample:
     """Run ``workload`` against the server at ``base_url`` and return the measured sample.
 
@@ -361,6 +388,7 @@ async def run_workload(
         workload: what to send.
         on_request_done: called after each measured request (progress bars).
         on_measure_start: called once between warm-up and measurement.
+        length_method: how the output length is held fixed (:func:`length_fields`).
 
     Returns:
         The :class:`Sample` (check ``valid``; it is returned even when invalid).
@@ -380,7 +408,7 @@ async def run_workload(
     ) as session:
         if workload.warmup_requests:
             warm = make_prompts(workload, workload.warmup_requests, stream=1)
-            warm_records = await _run_requests(session, base_url, model, workload, warm, None)
+            warm_records = await _run_requests(session, base_url, model, workload, warm, None, length_method)
             warm_sample = Sample(warm_records, 0.0, 0.0)
             if not warm_sample.valid:
                 warm_sample.raise_if_invalid()
@@ -389,7 +417,7 @@ async def run_workload(
             if asyncio.iscoroutine(result):
                 await result
         prompts = make_prompts(workload, workload.requests, stream=0)
-        records = await _run_requests(session, base_url, model, workload, prompts, on_request_done)
+        records = await _run_requests(session, base_url, model, workload, prompts, on_request_done, length_method)
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)

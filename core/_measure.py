@@ -30,6 +30,7 @@ class TrialResult:
     ``sample``: the client's measurement; ``engine``: what the engine reported.
     ``window``: what the window monitor saw on the host during the measured requests
     (``core/_window.py``; ``{"error": ...}`` if it failed).
+    ``length_method``: how the output length was held fixed (core._loadgen.LENGTH_METHODS).
     """
 
     engine_name: str
@@ -42,6 +43,7 @@ class TrialResult:
     ready_s: float
     sample: Sample
     engine: EngineFigures
+    length_method: str = "ignore_eos"
     window: dict | None = None
 
     def to_dict(self) -> dict:
@@ -55,6 +57,7 @@ class TrialResult:
             "log_path": self.log_path,
             "started_at": self.started_at,
             "ready_s": self.ready_s,
+            "length_method": self.length_method,
             "client": self.sample.summary(),
             "engine": dataclasses.asdict(self.engine),
             "window": self.window,
@@ -145,7 +148,7 @@ async def measure(
             try:
                 sample = await run_workload(
                     base_url, engine.request_model_name, workload,
-                    on_request_done=on_request_done, on_measure_start=begin,
+                    on_request_done=on_request_done, on_measure_start=begin, length_method=adapter.length_method,
                 )
                 seen = await monitor.stop()
             finally:
@@ -158,9 +161,9 @@ async def measure(
                     )
             sample.raise_if_invalid()
             log_text = await process.read_log(window["log_offset"]) if adapter.reads_log else ""
-            figures = await adapter.end_window(client, window["start"], sample, log_text)
+            figures = await adapter.end_window(client, window["start"], sample, log_text, mode)
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
         pgid=process.pgid, log_path=log_path, started_at=started_at.isoformat(),
-        ready_s=ready_s, sample=sample, engine=figures, window=seen,
+        ready_s=ready_s, sample=sample, engine=figures, window=seen, length_method=adapter.length_method,
     )

@@ -147,3 +147,36 @@ def test_output_tok_s_within_one_percent_of_truth_at_256_streams(exact_server):
     assert sample.valid, sample.invalid_reasons
     assert sample.output_tokens == 128 * 3 * 256
     assert sample.output_tok_s == pytest.approx(truth_output_tok_s(server.truth()), rel=0.01)
+
+
+@pytest.mark.parametrize(("method", "field"), [("ignore_eos", {"ignore_eos": True}), ("min_tokens", {"min_tokens": 24}),
+                                              ("max_tokens", {})])
+async def test_each_length_method_sends_its_fields(exact_server, method, field):
+    """Issue 15 item 8: the output length is held by the engine's method, in every request."""
+    server = exact_server("--itl-ms", "1", "--eos-at", "5")
+    workload = WorkloadConfig(output_len=24, concurrency=1, requests=2, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload, length_method=method)
+    sent = {name for r in server.truth() for name in r["fields"]}
+    assert sent & {"ignore_eos", "min_tokens"} == field.keys()
+    if method == "max_tokens":  # the model stopped early: a short answer invalidates the sample
+        assert not sample.valid and "returned 5 of 24 tokens (finish_reason=stop)" in sample.invalid_reasons[0]
+    else:
+        assert sample.valid and sample.output_tokens == 48
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_a_stream_that_ends_cleanly_without_done_is_complete(exact_server, api):
+    """transformers serve ends its streams without data: [DONE]; every choice has a finish_reason."""
+    server = exact_server("--itl-ms", "1", "--no-done")
+    workload = WorkloadConfig(api=api, output_len=16, concurrency=2, requests=4, warmup_requests=1)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert sample.valid, sample.invalid_reasons
+    assert sample.output_tokens == 64
+
+
+async def test_a_stream_cut_without_done_or_finish_reason_is_still_truncated(exact_server):
+    server = exact_server("--itl-ms", "1", "--no-done", "--drop-at", "6")
+    workload = WorkloadConfig(output_len=16, concurrency=1, requests=1, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert not sample.valid
+    assert "(the engine may have died)" in sample.invalid_reasons[0]
