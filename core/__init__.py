@@ -28,7 +28,7 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     InvalidSampleError, HostError, HostBusyError, CommandTimeout
 """
 
-from core._bisect import BisectObserver, BisectRequest, BisectResult, BisectStep, bisect
+from core._commit_bisect import BisectObserver, BisectRequest, BisectResult, BisectStep, bisect
 from core._changepoints import ChangePoint, Drift, SeriesAnalysis
 from core._changepoints import analyze as analyze_series
 from core._changepoints import detect as detect_change_points
