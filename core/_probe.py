@@ -6,8 +6,8 @@ always fed on standard input, ``[python, "-", *options]``, on this machine as on
 (:func:`probe_script_text` and :func:`probe_options` give the two halves;
 :func:`parse_probe_output` reads the answer). Never ``python <path of _probe_script.py>``: that
 puts specperf's ``core/`` first on the engine Python's ``sys.path``, where any of our modules
-named like a standard-library one shadows it (``core/_bisect.py`` once broke the probe on Python
-3.11 this way, when the engine's Python could also import specperf). With ``-`` the first
+named like a standard-library one shadows it (``core/_bisect.py`` stood in for the standard
+``_bisect`` this way, running specperf's code inside the engine's Python). With ``-`` the first
 ``sys.path`` entry is the working directory, as for the engine's own ``python -m``. Not ``-I``:
 that would also drop ``PYTHONPATH``, which the engine's environment may set. The argv is a list,
 never a shell string, so nothing a user typed reaches a shell.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from core._config import HostConfig
 from core._errors import CommandTimeout, SpecperfError
-from core._host import Host, LocalHost
+from core._hosts import Host, LocalHost
 
 PROBE_SCRIPT = Path(__file__).with_name("_probe_script.py")
 SCHEMA = 1
