@@ -91,7 +91,10 @@ def print_summary(console: Console, summary: dict) -> None:
                       fmt(latest["output_tok_s"]), _pct(e["change_vs_7d_median_pct"]), vs_good,
                       fmt(latest["acceptance_length"], 2), str(e["n_points"]))
     console.print(table)
-    say = lambda text: console.print(text, markup=False, highlight=False)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
     for e in summary["series"]:
         where = f"{e['engine']} {e['mode']}"
         for cp in e["change_points"]:

@@ -227,7 +227,7 @@ async def watch_tick(ctx: ScheduleContext, name: str) -> storage.Job | None:
     return queued
 
 
-async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> dict:
+async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> core.RegressionSummary:
     """The scheduled summary: :func:`core.build_summary` over the whole stored history
     (:func:`storage.load_series`, each engine in its repo's first-parent order) for the
     period (``[schedule].period``: the 1 or 7 days before ``now``), posted to

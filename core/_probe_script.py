@@ -188,7 +188,7 @@ def _proc_command(pid):
     return _redact_command(argv)
 
 
-_USERS = {}
+_USERS = {}  # type: dict
 
 
 def _proc_user(pid):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from pathlib import Path
+from typing import TypedDict
 
 from core._changepoints import SeriesAnalysis, analyze
 from core._series import Series
@@ -104,8 +105,20 @@ def _series_entry(s: Series, analysis: SeriesAnalysis, acceptance: SeriesAnalysi
     }
 
 
+class RegressionSummary(TypedDict):
+    """The regression summary as it crosses to the front ends (``specperf report``, the
+    scheduled Slack summary) and into ``--json``: the period (ISO 8601), whether it was quiet,
+    its one-line headline, and one entry per series measured in it (see :func:`build_summary`)."""
+
+    since: str
+    now: str
+    quiet: bool
+    headline: str
+    series: list[dict]
+
+
 def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime | None = None,
-                  margin_pct: float = 2.0, alpha: float = 0.05) -> dict:
+                  margin_pct: float = 2.0, alpha: float = 0.05) -> RegressionSummary:
     """The summary of ``series`` for the period from ``since`` to ``now``.
 
     Args:
