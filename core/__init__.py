@@ -38,24 +38,6 @@ from core._api import (
 from core._api import (
     lock_owner as lock_owner,
 )
-from core._bisect import (
-    BisectObserver as BisectObserver,
-)
-from core._bisect import (
-    BisectRequest as BisectRequest,
-)
-from core._bisect import (
-    BisectResult as BisectResult,
-)
-from core._bisect import (
-    BisectStatus as BisectStatus,
-)
-from core._bisect import (
-    BisectStep as BisectStep,
-)
-from core._bisect import (
-    bisect as bisect,
-)
 from core._calibrate import Plan as Plan
 from core._calibrate import pair_spread_pct as pair_spread_pct
 from core._calibrate import plan as plan
@@ -65,6 +47,24 @@ from core._changepoints import SeriesAnalysis as SeriesAnalysis
 from core._checks import Check, CheckStatus
 from core._checks import run_checks as run_checks
 from core._checks import worst as worst
+from core._commit_bisect import (
+    BisectObserver as BisectObserver,
+)
+from core._commit_bisect import (
+    BisectRequest as BisectRequest,
+)
+from core._commit_bisect import (
+    BisectResult as BisectResult,
+)
+from core._commit_bisect import (
+    BisectStatus as BisectStatus,
+)
+from core._commit_bisect import (
+    BisectStep as BisectStep,
+)
+from core._commit_bisect import (
+    bisect as bisect,
+)
 from core._compare import (
     Arm as Arm,
 )

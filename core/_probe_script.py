@@ -1,7 +1,8 @@
 """specperf's host probe: prints one JSON document describing this machine and this Python.
 
-Self-contained on purpose: it runs with the *engine's* Python (not specperf's), locally as
-``python _probe_script.py [options]`` or piped through SSH as ``python - [options] < script``.
+Self-contained on purpose: it runs with the *engine's* Python (not specperf's), fed on standard
+input as ``python - [options] < script`` (locally and through SSH: never by its path, which would
+put specperf's ``core/`` on that Python's ``sys.path``; see ``core/_probe.py``).
 It uses the standard library only, plus ``pynvml`` (the ``nvidia-ml-py`` distribution) when it
 can be imported; it runs on Python 3.8 and later. It never imports the engine itself (vllm,
 sglang): versions come from package metadata and import paths from ``importlib.util.find_spec``,

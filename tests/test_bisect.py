@@ -16,7 +16,7 @@ import pytest
 
 import core
 import storage
-from core._bisect import Search
+from core._commit_bisect import Search
 from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo

@@ -91,8 +91,8 @@ def test_system_section_reads_this_machine(engine_snapshot):
     assert 0 < engine_snapshot["probe_s"] < engine_snapshot["wall_s"]
 
 
-def test_stdin_form_gives_the_same_snapshot(engine_python, engine_snapshot):
-    piped = probe(str(engine_python), stdin_script=True, import_torch=False)
+def test_no_import_form_gives_the_same_versions(engine_python, engine_snapshot):
+    piped = probe(str(engine_python), import_torch=False)
     assert piped["software"]["packages"] == engine_snapshot["software"]["packages"]
     assert piped["software"]["torch"]["version"] == engine_snapshot["software"]["torch"]["version"]
     assert piped["software"]["torch"]["source"] == "version.py"
@@ -227,7 +227,7 @@ def test_probe_errors(tmp_path):
 
 
 def test_probe_script_rejects_bad_arguments():
-    result = subprocess.run([sys.executable, str(core._probe.PROBE_SCRIPT), "--sample-s", "-1"],
+    result = subprocess.run([sys.executable, "-", "--sample-s", "-1"], input=core.probe_script_text(),
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--sample-s must be between 0 and 10 seconds" in result.stderr
 
