@@ -77,7 +77,7 @@ def bisect_mode(config: core.Config, engine_name: str, mode: str | None) -> str:
 def compare_settings(config: core.Config, *, min_trials: int | None = None, max_trials: int | None = None,
                      margin_pct: float | None = None, rounds: int | None = None) -> core.CompareConfig:
     """``[compare]`` with these overrides; ``rounds`` N fixes the launches per arm and mode at 2N
-    (N ABBA rounds).
+    (N ABBA rounds; disturbed trials are then kept and named, not re-measured).
 
     Raises:
         core.ConfigError: the overrides do not validate (e.g. max below min).
@@ -85,7 +85,8 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
     if rounds:
         min_trials = max_trials = 2 * rounds
     overrides = {k: v for k, v in (("min_trials", min_trials), ("max_trials", max_trials),
-                                   ("margin_pct", margin_pct)) if v is not None}
+                                   ("margin_pct", margin_pct), ("max_remeasured_pairs", 0 if rounds else None))
+                 if v is not None}
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
     except ValidationError as exc:
@@ -220,10 +221,12 @@ async def _reconcile(db, config: core.Config, session: Session) -> None:
 
 async def compare(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str], session: Session,
                   observer: core.CompareObserver | None = None,
-                  on_run: Callable[[int], Awaitable[None] | None] | None = None) -> tuple[int, core.CompareResult]:
+                  on_run: Callable[[int], Awaitable[None] | None] | None = None,
+                  extra: dict | None = None) -> tuple[int, core.CompareResult]:
     """Run ``request`` (refs already resolved to ``shas`` = (base, head)) under the host lock:
     reconcile, record the run (``on_run(run_id)`` is called, and awaited if it returns an
-    awaitable), then compare with ``observer`` beside the recorder. Returns (run id, result).
+    awaitable; ``extra`` is merged into its stored settings), then compare with ``observer``
+    beside the recorder. Returns (run id, result).
 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
@@ -231,7 +234,7 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
     async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         store = storage.RunStore(db)
-        run_id = await asyncio.to_thread(store.create, request, *shas)
+        run_id = await asyncio.to_thread(store.create, request, *shas, extra)
         if on_run is not None and (pending := on_run(run_id)) is not None:
             await pending
         if session.before_run is not None:

@@ -1,4 +1,4 @@
-"""``specperf bisect GOOD BAD``: find the commit of a regression with compares (core._bisect),
+"""``specperf bisect GOOD BAD``: find the commit of a regression with compares (core._commit_bisect),
 recording the bisect run and each step's compare run, printing progress as it goes."""
 
 from __future__ import annotations

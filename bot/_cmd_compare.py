@@ -27,12 +27,12 @@ from bot._common import (
     pin_client,
 )
 from bot._report_view import print_bisect, print_report
-from bot._runs import stored_report
+from bot._runs import calibration_plans, stored_report
 from bot._settings import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``compare``, ``show`` and ``history`` to ``sub``."""
+    """Add ``compare``, ``calibrate``, ``show`` and ``history`` to ``sub``."""
     c = sub.add_parser("compare", help="measure a commit against its base, interleaved, and give a verdict per mode")
     c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
     c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
@@ -40,6 +40,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     experiment_args(c, "per arm and mode", "")
     _output_args(c)
     c.set_defaults(run=run_compare)
+
+    k = sub.add_parser("calibrate", help="A/A launches of one commit: the host's launch-to-launch spread per mode and "
+                                         "the margin and launches per arm that reach the power for a change")
+    k.add_argument("--commit", default="HEAD", help="the commit launched on both sides (default: HEAD of the engine's repo)")
+    k.add_argument("--engine", help="engine name from the config (default: the only one)")
+    k.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
+    k.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
+    k.add_argument("--launches", type=int, default=6, help="launches per arm and mode (default 6)")
+    k.add_argument("--change-pct", type=float, default=5.0, help="the change to detect, %% of tok/s (default 5)")
+    k.add_argument("--power", type=float, default=0.9, help="the power to detect it with (default 0.9)")
+    host_args(k)
+    _output_args(k)
+    k.set_defaults(run=run_calibrate)
 
     s = sub.add_parser("show", help="show a stored run")
     s.add_argument("run_id", type=_run_id, metavar="RUN")
@@ -123,7 +136,7 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
           trials: dict, title: str) -> None:
     print_report(console, report, title)
     chart = Path(args.chart) if args.chart else data_dir() / "charts" / f"run-{run_id}.png"
-    core.render_chart(trials, chart, title)
+    core.render_chart(trials, chart, title, report.get("launches"))
     console.print(f"chart: {chart}", markup=False)
     if args.json:
         Path(args.json).write_text(json.dumps({"run_id": run_id, **report}, indent=2))
@@ -131,7 +144,8 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
 
 
 async def run_compare(args: argparse.Namespace, console: Console) -> int:
-    """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run."""
+    """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run, 5 for a run the
+    host refused (foreign processes on its GPUs: a host error)."""
     _check_outputs(args)
     config = load_config(args.config)
     choice = app.choose(config, args.engine, args.workload, args.host)
@@ -143,6 +157,11 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         if base_sha == head_sha:
             console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
         db = database(config, args.db)
+        goal = getattr(args, "calibration", None)  # specperf calibrate: an A/A run stored as a calibration
+        calibrated, plans = (None, {}) if goal else calibration_plans(db, choice.engine_name, choice.host_name,
+                                                                        choice.workload_name, request.settings)
+        if plans:
+            request.settings = _planned(request.settings, plans, console, calibrated)
         recorded: dict[str, int] = {}
 
         def started(run_id: int) -> None:
@@ -155,18 +174,32 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         try:
             run_id, result = await app.compare(config, db, request, (base_sha, head_sha),
                                                cli_session(args, console, f"compare {head_sha[:12]}"),
-                                               ConsoleProgress(console), on_run=started)
+                                               ConsoleProgress(console), on_run=started,
+                                               extra={"calibration": goal} if goal else None)
         except SQLAlchemyError as exc:  # the engine is stopped by now (core's launch context)
             raise await storage_failed(db, recorded.get("run_id"), exc) from None
     title = f"run {run_id}: {choice.engine_name} {head_sha[:12]} vs {base_sha[:12]}"
+    if result.status == "refused":
+        console.print(Text("REFUSED", style="bold red") + Text(f": {result.reason}"))
+        return 5  # a host error (bot.cli's exit statuses)
     if result.status == "failed":
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
         if result.log_tail:
             console.print(result.log_tail, markup=False, highlight=False)
         return 3
     trials = core.figures(result)
-    environment = {"arms_differ": result.arm_env_diff, "drift": result.drift}
-    _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings, environment), trials, title)
+    report = core.summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
+                            result.launches(), result.disturbed, plans)
+    _emit(console, args, run_id, report, trials, title)
+    if goal:
+        for mode, arms in trials.items():
+            spread = core.pair_spread_pct(arms["base"], arms["head"])
+            line = core.plan(spread, goal["change_pct"], goal["power"], request.settings.alpha).line() if spread \
+                else "too few undisturbed pairs for a spread"
+            console.print(f"calibration {mode}: {line}", markup=False, highlight=False)
+        console.print(f"stored as the calibration of {choice.engine_name} on host {choice.host_name} with workload "
+                      f"{choice.workload_name}: "
+                      "compare plans its first round and words INCONCLUSIVE with it", markup=False, highlight=False)
     return 0
 
 
@@ -190,6 +223,31 @@ async def storage_failed(db, run_id: int | None, exc: SQLAlchemyError,
             await asyncio.sleep(1.0)
 
 
+def _planned(settings: core.CompareConfig, plans: dict[str, core.Plan], console: Console,
+             run_id: int | None) -> core.CompareConfig:
+    """The first round planned from the host's calibration: at least as many launches per arm
+    as its plan asks for at this margin (within ``max_trials``)."""
+    wanted = max((p.pairs for p in plans.values() if p.pairs), default=settings.min_trials)
+    first = min(max(settings.min_trials, wanted), settings.max_trials)
+    for mode, p in plans.items():
+        console.print(f"calibration (run {run_id}) {mode}: {p.line()}", markup=False, highlight=False)
+    if first != settings.min_trials:
+        console.print(f"planning {first} launches per arm before the first verdict (was {settings.min_trials})",
+                      markup=False, highlight=False)
+    return settings.model_copy(update={"min_trials": first})
+
+
+async def run_calibrate(args: argparse.Namespace, console: Console) -> int:
+    """Run ``specperf calibrate``: an A/A compare of one commit with ``--launches`` per arm,
+    stored as the host's calibration (core._calibrate); 0, or 3 for a FAILED run."""
+    if args.launches < 2 or not 0 < args.change_pct < 100 or not 0 < args.power < 1:
+        raise core.ConfigError("calibrate needs --launches of at least 2, --change-pct between 0 and 100 and "
+                               "--power between 0 and 1")
+    args.base, args.min_trials, args.max_trials, args.margin_pct = args.commit, args.launches, args.launches, None
+    args.calibration = {"change_pct": args.change_pct, "power": args.power}
+    return await run_compare(args, console)
+
+
 async def run_show(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
     _check_outputs(args)
@@ -207,6 +265,10 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
                   f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
     if run.reason:
         console.print(f"reason: {run.reason}", markup=False, highlight=False)
+    if not any(t.status == "ok" for t in stored.trials):
+        console.print(f"no trial was measured: nothing to report (the run {run.status})" if run.status != "running"
+                      else "no trial measured yet", markup=False, highlight=False)
+        return 0
     report, trials = stored_report(stored, recompute=args.recompute)
     _emit(console, args, run.id, report, trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")

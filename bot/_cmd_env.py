@@ -10,6 +10,7 @@ file errors exit 2 like other errors.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import datetime as dt
 import json
@@ -37,9 +38,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the GPUs are busy now: judge P-states and PCIe links (they drop when idle)")
     e.add_argument("--cheap", action="store_true", help="the per-trial probe: live readings only, no software scan")
     e.add_argument("--json", help="where to write the snapshot and checks (default: the data directory)")
+    e.add_argument("--watch", type=_seconds, metavar="SECONDS",
+                   help="run the per-trial window monitor alone for SECONDS: what on the host (CPU time of other "
+                        "processes on the engine's CPUs, GPU throttling and processes, swap) would disturb a measurement")
     e.add_argument("--diff", nargs=2, metavar=("A", "B"),
                    help="compare two saved snapshots (JSON files) instead of probing")
     e.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 3600")
+    return value
 
 
 def _target(args: argparse.Namespace, config: core.Config) -> tuple[str, str, dict, str | None, str]:
@@ -234,6 +248,8 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         return 0
     config = load_config(args.config)
     label, python, env, repo, host = _target(args, config)
+    if args.watch:
+        return await _watch(args, config, console, label, python, host)
     async with open_host(config, host) as target:
         with console.status(f"probing {host} ({target.where}) with {python}"):
             snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target)
@@ -253,3 +269,65 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                                "under_load": args.under_load}, indent=2))
     console.print(f"snapshot written to {out}")
     return 0
+
+
+async def _watch(args: argparse.Namespace, config: core.Config, console: Console, label: str, python: str,
+                 host: str) -> int:
+    """``specperf env --watch SECONDS``: the window monitor alone, judged as a trial would be."""
+    cpus = config.engine(args.engine or next(iter(config.engines))).cpus if config.engines else None
+    async with open_host(config, host) as target:
+        monitor = core.WindowMonitor(target, python, -1, cpus)
+        with console.status(f"watching host {host} ({target.where}) for {args.watch:g} s"):
+            await monitor.open()
+            await monitor.start()
+            await asyncio.sleep(args.watch)
+            window = await monitor.stop()
+    if "error" in window:
+        raise core.HostError(window["error"])
+    print_window(console, window, f"host {host} for {window['window_s']:.1f} s (with {label})")
+    judged = core.judge_window(window, config.compare.disturbance)
+    if judged.disturbed:
+        console.print(Text("a trial measured now would be DISTURBED: ", style="bold yellow")
+                      + Text("; ".join(judged.reasons)))
+    else:
+        console.print(Text("quiet: a trial measured now would not be judged disturbed", style="green"))
+    out = Path(args.json) if args.json else data_dir() / "env" / (
+        f"watch-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"window": window, "disturbed": judged.to_dict()}, indent=2))
+    console.print(f"window written to {out}", markup=False)
+    return 0
+
+
+def print_window(console: Console, window: dict, title: str) -> None:
+    """A window monitor's document as tables: CPU shares, the busiest other processes, memory, GPUs."""
+    cpu, cpus = window["cpu"], window["engine_cpus"]
+    table = Table(title=f"window: {title}", title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [(f"other processes on the engine's CPUs ({','.join(map(str, cpus))})", f"{cpu['engine_cpus_foreign_share']:.0%}"),
+            ("  of which not attributed to a pid (short-lived)", f"{cpu['engine_cpus_unattributed_s']:.2f} CPU-s"),
+            (f"other processes on all {window['host_cpus']} CPUs", f"{cpu['host_foreign_share']:.0%}"),
+            ("steal (hypervisor) on the engine's CPUs", f"{cpu['engine_cpus_steal_share']:.0%}"),
+            ("available memory, lowest", _v(window["memory"].get("available_min_mib"), " MiB")),
+            ("swapped in / out", f"{window['memory'].get('swap_in_mib', 0):g} / {window['memory'].get('swap_out_mib', 0):g} MiB")]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    procs = Table(title="busiest other processes", title_justify="left")
+    for column in ("pid", "user", "CPU-s on engine CPUs", "CPU-s", "command"):
+        procs.add_column(column, overflow="fold")
+    for p in window["foreign_processes"]:
+        procs.add_row(str(p["pid"]), p.get("user") or "-", f"{p['engine_cpus_cpu_s']:.2f}", f"{p['cpu_s']:.2f}",
+                      Text(p.get("command") or "-"))
+    console.print(procs)
+    gpu = window["gpu"]
+    if not gpu.get("available"):
+        console.print(f"GPUs: none read ({gpu.get('reason')})", markup=False, highlight=False)
+    for dev in gpu.get("devices", []):
+        held = ", ".join(f"{k} {v:.1f} s" for k, v in {**dev["violation_s"], **dev["clock_event_s"]}.items() if v)
+        console.print(f"GPU{dev['index']}: SM clock min {_v(dev['sm_clock_mhz_min'])} / median "
+                      f"{_v(dev['sm_clock_mhz_median'])} MHz; held by {held or 'nothing'}"
+                      + (f"; unsupported: {', '.join(dev['unsupported'])}" if dev["unsupported"] else "")
+                      + "".join(f"; other compute process pid {p['pid']} ({p.get('command')})"
+                                for p in dev["foreign_processes"]), markup=False, highlight=False)

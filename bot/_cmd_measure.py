@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(run=run)
 
 
-def print_trial(console: Console, trial: core.TrialResult) -> None:
-    """One trial's figures as a two-column table."""
+def print_trial(console: Console, trial: core.TrialResult,
+                limits: core.DisturbanceConfig | None = None) -> None:
+    """One trial's figures as a two-column table, then whether its window was disturbed."""
     sample, figures = trial.sample, trial.engine
     table = Table(title=f"{trial.engine_name} / {trial.mode} / {trial.workload_name}")
     table.add_column("metric")
@@ -54,6 +55,7 @@ def print_trial(console: Console, trial: core.TrialResult) -> None:
     table.add_row("output tokens", str(sample.output_tokens))
     table.add_row("window s", fmt(sample.window_s, 2))
     table.add_row("engine ready s", fmt(trial.ready_s, 1))
+    table.add_row("output length held by", trial.length_method)
     for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         q = getattr(sample, name)
         label = name.removesuffix("_ms").upper()
@@ -61,6 +63,14 @@ def print_trial(console: Console, trial: core.TrialResult) -> None:
     console.print(table)
     if figures.source:
         console.print(f"engine figures from: {figures.source}")
+    window = trial.window or {}
+    if "error" in window:
+        console.print(window["error"], markup=False, highlight=False)
+    elif window:
+        judged = core.judge_window(window, limits or core.DisturbanceConfig())
+        console.print(("DISTURBED: " + "; ".join(judged.reasons)) if judged.disturbed else
+                      f"window quiet: other processes took {window['cpu']['engine_cpus_foreign_share']:.0%} of the "
+                      "engine's CPUs", markup=False, highlight=False)
 
 
 async def run(args: argparse.Namespace, console: Console) -> int:
@@ -90,7 +100,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                 on_ready=lambda s: progress.update(task, description=f"ready in {s:.0f} s; measuring"),
                 on_request_done=lambda r: progress.advance(task),
             )
-    print_trial(console, trial)
+    print_trial(console, trial, config.compare.disturbance)
     out = Path(args.json) if args.json else home / "results" / (
         f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -109,3 +109,15 @@ def speedup_text(sides: dict) -> str:
         moved = "changed" if change["ci_high"] < 1 or change["ci_low"] > 1 else "unchanged"
         parts.append(f"speedup {moved}: x{change['ratio']:.3f} ({change['ci_low']:.3f}..{change['ci_high']:.3f})")
     return "; ".join(parts)
+
+
+def disturbed_lines(report: dict) -> list[str]:
+    """One line per disturbed launch of a :func:`core.summarize` report: ``launch 9 (baseline
+    commit, re-measured): <reasons>``; the same in the terminal and in Slack."""
+    lines = []
+    for row in report.get("launches", []):
+        if row["disturbed"]:
+            fate = "kept" if row["kept"] else "re-measured"
+            role = "commit" if row["role"] == "head" else "base"
+            lines.append(f"launch {row['seq']} ({row['mode']} {role}, {fate}): disturbed: " + "; ".join(row["disturbed"]))
+    return lines

@@ -340,7 +340,7 @@ class JobQueue:
             await self.retrying(storage.update_job, self.db, job.id, status="failed", reason=message, job=job)
             await self._notify(self.notifier.job_finished(job, run_id, None, message))
             return
-        status = "failed" if result.status == "failed" else "done"
+        status = "failed" if result.status in ("failed", "refused") else "done"
         # a re-queued job keeps why it was interrupted unless the run itself has a reason
         reason = result.message if isinstance(result, core.BisectResult) else result.reason
         kept = {"reason": reason} if reason else {}

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bot._common import fmt, speedup_text
+from bot._common import disturbed_lines, fmt, speedup_text
 
 _STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "NO CHANGE": "green", "INCONCLUSIVE": "yellow"}
 
@@ -18,7 +18,10 @@ def _pct(value: float | None) -> str:
 
 
 def print_report(console: Console, report: dict, title: str) -> None:
-    """Both modes side by side, then EAGLE-3's speedup over baseline on each side."""
+    """A busy host first, then both modes side by side, what limited each verdict, the
+    disturbed launches, then EAGLE-3's speedup over baseline on each side."""
+    if report.get("headline"):
+        console.print(Text(report["headline"], style="bold yellow"))
     table = Table(title=title)
     for column in ("mode", "base tok/s", "commit tok/s", "change (95% CI)", "p", "verdict",
                    "acceptance length", "ms / step"):
@@ -43,12 +46,14 @@ def print_report(console: Console, report: dict, title: str) -> None:
         if v:
             more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
             console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}{more}", markup=False, highlight=False)
+            for line in entry.get("limits", []):
+                console.print(f"    {line}", markup=False, highlight=False)
     environment = report.get("environment") or {}
     if environment.get("arms_differ"):
         console.print("  environment differs between the arms: " + "; ".join(environment["arms_differ"][:6]),
                       markup=False, highlight=False)
-    for seq, lines in (environment.get("drift") or {}).items():
-        console.print(f"  launch {seq} saw the environment drift (kept): " + "; ".join(lines), markup=False, highlight=False)
+    for line in disturbed_lines(report):
+        console.print(f"  {line}", markup=False, highlight=False)
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):
             console.print(f"  {mode} speedup over baseline: {parts}", markup=False, highlight=False)

@@ -36,41 +36,64 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
     return closed
 
 
-def stored_figures(stored: storage.StoredRun) -> dict[str, dict[str, list[core.ArmTrial]]]:
-    """The statistics' view of a stored run: ``[mode][role]`` lists of ok trials, in launch order."""
-    trials: dict[str, dict[str, list[core.ArmTrial]]] = {m: {"base": [], "head": []} for m in stored.run.modes}
+def _stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
+    """(``[mode][role]`` launch numbers of the ok trials in order, ``{seq: ArmTrial}``,
+    ``{seq: window}`` from the run's window snapshots)."""
+    seqs: dict[str, dict[str, list[int]]] = {m: {"base": [], "head": []} for m in stored.run.modes}
+    figures: dict[int, core.ArmTrial] = {}
     for trial in stored.trials:
         if trial.status != "ok":
             continue
         arm = stored.arms[trial.arm_id]
-        trials[arm.mode][arm.role].append(core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean))
-    return trials
+        source = trial.engine_figures_source or ""
+        missing = source.split(core.NOT_DERIVED, 1)[1] if core.NOT_DERIVED in source else None
+        seqs[arm.mode][arm.role].append(trial.seq)
+        figures[trial.seq] = core.ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean,
+                                           missing)
+    seq_of = {t.id: t.seq for t in stored.trials}
+    windows = {seq_of[s.trial_id]: s.data for s in stored.snapshots if s.trial_id is not None and s.phase == "window"}
+    return seqs, figures, windows
 
 
 def stored_environment(stored: storage.StoredRun) -> dict:
-    """``{"arms_differ": [line], "drift": {launch seq: [line]}}`` from a run's env snapshots."""
-    by_phase: dict[str, dict] = {}
-    per_trial: dict[int, dict[str, dict]] = {}
-    for snap in stored.snapshots:
-        if snap.trial_id is None:
-            by_phase[snap.phase] = snap.data
-        else:
-            per_trial.setdefault(snap.trial_id, {})[snap.phase] = snap.data
+    """``{"arms_differ": [line]}`` from a run's per-arm snapshots."""
+    by_phase = {snap.phase: snap.data for snap in stored.snapshots if snap.trial_id is None}
     arms = (by_phase.get("arm-base"), by_phase.get("arm-head"))
-    seq = {t.id: t.seq for t in stored.trials}
-    drift = {seq[tid]: lines for tid, snaps in per_trial.items()
-             if (lines := core.drift_lines(snaps.get("before"), snaps.get("after")))}
-    return {"arms_differ": [c.line for c in core.diff_snapshots(*arms)] if all(arms) else [], "drift": drift}
+    run = stored.run
+    return {"arms_differ": core.arm_differences(*arms, run.base_sha, run.head_sha) if all(arms) else []}
 
 
 def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[dict, dict]:
-    """(report as :func:`core.summarize` makes it, the trials' figures) of a stored run, with
-    its stored verdicts (``recompute``: verdicts recomputed from the trials)."""
+    """(report as :func:`core.summarize` makes it, the trials' figures in the statistics) of a
+    stored run, with its stored verdicts (``recompute``: verdicts recomputed from the trials).
+    Disturbance is judged again from the stored windows with the run's settings, so the
+    trials left out are those the live run left out."""
     settings = core.CompareConfig.model_validate(stored.run.settings["compare"])
-    trials = stored_figures(stored)
+    seqs, by_seq, windows = _stored_launches(stored)
+    disturbed, left_out = core.judge_compare(seqs, windows, settings)
+    trials = {mode: core.kept({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, left_out[mode])
+              for mode, by_role in seqs.items()}
     if recompute:
         verdicts = {m: core.verdict_for(trials[m], settings) for m in stored.run.modes}
     else:
         fields = [f.name for f in core.Verdict.__dataclass_fields__.values()]
         verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
-    return core.summarize(trials, verdicts, settings, stored_environment(stored)), trials
+    launches = core.launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
+    return core.summarize(trials, verdicts, settings, stored_environment(stored), launches, disturbed), trials
+
+
+def calibration_plans(db, engine_name: str, host: str, workload_name: str,
+                      settings: core.CompareConfig) -> tuple[int | None, dict[str, core.Plan]]:
+    """(run id, per mode the :func:`core.plan` from its spread) of the newest calibration of
+    this engine, host and workload; ``(None, {})`` when there is none."""
+    run = storage.latest_calibration(db, engine_name, host, workload_name)
+    if run is None:
+        return None, {}
+    goal = run.settings["calibration"]
+    _, trials = stored_report(storage.load_run(db, run.id))
+    plans = {}
+    for mode, arms in trials.items():
+        spread = core.pair_spread_pct(arms["base"], arms["head"])
+        if spread:
+            plans[mode] = core.plan(spread, goal["change_pct"], goal["power"], settings.alpha)
+    return run.id, plans

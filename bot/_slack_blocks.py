@@ -9,7 +9,7 @@ Limits kept: a header's text at most 150 characters, a section's text at most 30
 from __future__ import annotations
 
 import storage
-from bot._common import fmt, speedup_text
+from bot._common import disturbed_lines, fmt, speedup_text
 
 _EMOJI = {"REGRESSION": ":red_circle:", "IMPROVEMENT": ":large_green_circle:", "NO CHANGE": ":white_circle:",
           "INCONCLUSIVE": ":large_yellow_circle:"}
@@ -50,13 +50,16 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
     """The verdict message: a header; per mode a table (base and commit tok/s, change with its
     95% interval, verdict, acceptance length, ms per step) and the verdict's reason; per
     speculative mode its speedup over baseline on each side and the change of that speedup;
-    a context line with host, SHAs, launches per arm and any environment difference or drift.
+    a busy host at the top; the disturbed launches; a context line with host, SHAs, launches per
+    arm and any environment difference between the arms.
     """
     run = stored.run
     verdicts = [e["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")]
     worst = next((w for w in ("REGRESSION", "IMPROVEMENT", "INCONCLUSIVE", "NO CHANGE") if w in verdicts), "-")
     header = f"{worst}: {run.engine_name} {run.head_ref} ({run.head_sha[:10]}) vs {run.base_sha[:10]}"
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": header[:150]}}]
+    if report.get("headline"):
+        blocks.append(_text(f":warning: *{report['headline']}*"))
     for mode, entry in report["modes"].items():
         base, head, v = entry["base"], entry["head"], entry.get("verdict")
         verdict = v["verdict"] if v else "-"
@@ -71,8 +74,9 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
         ]})
         if v:
             more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
+            limits = "".join(f"\n{line}" for line in entry.get("limits", []))
             blocks.append({"type": "context", "elements": [
-                {"type": "mrkdwn", "text": f"{v['n_pairs']} pairs: {v['reason']}{more}"[:3000]}]})
+                {"type": "mrkdwn", "text": f"{v['n_pairs']} pairs: {v['reason']}{more}{limits}"[:3000]}]})
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):
             blocks.append(_text(f"*{mode} speedup over baseline*: {parts}"))
@@ -83,20 +87,22 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
     notes = []
     if environment.get("arms_differ"):
         notes.append("environment differs between the arms: " + "; ".join(environment["arms_differ"][:6]))
-    for seq, lines in (environment.get("drift") or {}).items():
-        notes.append(f"launch {seq} saw the environment drift (kept): " + "; ".join(lines))
-    if not notes:
-        notes.append("no environment drift seen")
+    disturbed = disturbed_lines(report)
+    if disturbed:
+        blocks.append(_text("*disturbed launches*\n" + "\n".join(disturbed)[:2900]))
+    elif report.get("launches"):
+        notes.append("no trial disturbed")
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:3000]},
                                                    {"type": "mrkdwn", "text": " | ".join(notes)[:3000]}]})
     return blocks[:50]
 
 
-def failure_blocks(run_label: str, reason: str, log_tail: str | None) -> tuple[list[dict], str]:
-    """(blocks, text fallback) for a run that could not measure: the reason and the engine's
-    log tail (its last 2,500 characters)."""
-    text = f"{run_label} FAILED: {reason}"
-    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"FAILED: {run_label}"[:150]}},
+def failure_blocks(run_label: str, reason: str, log_tail: str | None,
+                   status: str = "FAILED") -> tuple[list[dict], str]:
+    """(blocks, text fallback) for a run that could not measure (``status`` FAILED, or REFUSED
+    when the host was busy): the reason and the engine's log tail (its last 2,500 characters)."""
+    text = f"{run_label} {status}: {reason}"
+    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"{status}: {run_label}"[:150]}},
               _text(f"*reason*: {reason}")]
     if log_tail:
         tail = log_tail[-2500:].replace("```", "'''")

@@ -153,8 +153,9 @@ class SlackNotifier(Notifier):
             return
         if result is None or result.status != "done":
             reason = error or (result.reason if result else "unknown")
-            await self._final_progress(job.id, "FAILED")
-            blocks, text = failure_blocks(label, reason, result.log_tail if result else None)
+            status = "REFUSED" if result is not None and result.status == "refused" else "FAILED"
+            await self._final_progress(job.id, status)
+            blocks, text = failure_blocks(label, reason, result.log_tail if result else None, status)
             await self._reply(thread, blocks=blocks, text=text)
             return
         stored = await asyncio.to_thread(storage.load_run, self.db, run_id)
@@ -164,7 +165,7 @@ class SlackNotifier(Notifier):
         await self._reply(thread, blocks=verdict_blocks(stored, report), text=text)
         title = f"run {run_id}: {stored.run.engine_name} {stored.run.head_sha[:12]} vs {stored.run.base_sha[:12]}"
         chart = data_dir() / "charts" / f"run-{run_id}.png"
-        await asyncio.to_thread(core.render_chart, trials, chart, title)
+        await asyncio.to_thread(core.render_chart, trials, chart, title, report.get("launches"))
         if thread.thread_ts is not None:
             await self.upload(thread.channel, thread.thread_ts, chart, title)
 

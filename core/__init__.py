@@ -38,30 +38,33 @@ from core._api import (
 from core._api import (
     lock_owner as lock_owner,
 )
-from core._bisect import (
-    BisectObserver as BisectObserver,
-)
-from core._bisect import (
-    BisectRequest as BisectRequest,
-)
-from core._bisect import (
-    BisectResult as BisectResult,
-)
-from core._bisect import (
-    BisectStatus as BisectStatus,
-)
-from core._bisect import (
-    BisectStep as BisectStep,
-)
-from core._bisect import (
-    bisect as bisect,
-)
+from core._calibrate import Plan as Plan
+from core._calibrate import pair_spread_pct as pair_spread_pct
+from core._calibrate import plan as plan
 from core._changepoints import ChangePoint as ChangePoint
 from core._changepoints import Drift as Drift
 from core._changepoints import SeriesAnalysis as SeriesAnalysis
 from core._checks import Check, CheckStatus
 from core._checks import run_checks as run_checks
 from core._checks import worst as worst
+from core._commit_bisect import (
+    BisectObserver as BisectObserver,
+)
+from core._commit_bisect import (
+    BisectRequest as BisectRequest,
+)
+from core._commit_bisect import (
+    BisectResult as BisectResult,
+)
+from core._commit_bisect import (
+    BisectStatus as BisectStatus,
+)
+from core._commit_bisect import (
+    BisectStep as BisectStep,
+)
+from core._commit_bisect import (
+    bisect as bisect,
+)
 from core._compare import (
     Arm as Arm,
 )
@@ -74,17 +77,19 @@ from core._compare import (
     CompareRequest as CompareRequest,
 )
 from core._compare import (
+    arm_differences as arm_differences,
+)
+from core._compare import (
     arm_trial as arm_trial,
 )
 from core._compare import (
     compare as compare,
 )
 from core._compare import (
-    drift_lines as drift_lines,
-)
-from core._compare import (
     figures as figures,
 )
+from core._compare import judge_compare as judge_compare
+from core._compare import kept as kept
 from core._compare import (
     resolve_refs as resolve_refs,
 )
@@ -100,11 +105,18 @@ from core._config import (
     load_config,
     parse_config,
 )
+from core._config import DisturbanceConfig as DisturbanceConfig
 from core._config import (
     StorageConfig as StorageConfig,
 )
 from core._config_base import ConfigSection as ConfigSection
 from core._config_base import expand_vars as expand_vars
+from core._disturbance import Culprit as Culprit
+from core._disturbance import Disturbance as Disturbance
+from core._disturbance import culprit_lines as culprit_lines
+from core._disturbance import judge_trials as judge_trials
+from core._disturbance import judge_window as judge_window
+from core._engines import NOT_DERIVED as NOT_DERIVED
 from core._engines import EngineAdapter as EngineAdapter
 from core._engines import EngineFigures as EngineFigures
 from core._engines import adapter_for as adapter_for
@@ -208,6 +220,7 @@ from core._probe import (
     probe_script_text as probe_script_text,
 )
 from core._report import CompareReport
+from core._report import launch_rows as launch_rows
 from core._report import render_chart as render_chart
 from core._report import summarize as summarize
 from core._series import Series as Series
@@ -276,6 +289,7 @@ from core._triage_rules import (
 from core._triage_rules import (
     TriageRules as TriageRules,
 )
+from core._window import WindowMonitor as WindowMonitor
 from core._worktree_engine import BuildError as BuildError
 
 analyze_series, detect_change_points = _changepoints.analyze, _changepoints.detect

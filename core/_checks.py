@@ -12,7 +12,11 @@ check                  rule
 =====================  ==========================================================================
 gpu                    no NVML (no driver, no pynvml): WARN, GPU checks not run; a GPU that
                        cannot be read (fell off the bus): FAIL
-p-state                under load only: P0 PASS, P1-P2 WARN, P3 and lower FAIL
+p-state                under load only: P0 PASS, P1-P2 WARN, P3 and lower FAIL; on GeForce and
+                       TITAN cards (NVML brand, else the name) CUDA compute runs in P2 by design,
+                       so P0-P2 PASS there
+power limit            enforced power limit below the board's default: WARN (a persistent
+                       ``nvidia-smi -pl`` cap looks exactly like an engine regression)
 clock events           HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80:
                        FAIL; SW power cap 0x4: WARN (a healthy card at full load can sit at its
                        power cap); idle 0x1 and the rest: PASS
@@ -47,6 +51,7 @@ TEMP_MARGIN_C = 5
 BUSY_CPU_PCT = 50.0
 MEM_AVAILABLE_MIN_FRACTION = 0.10
 SM_CLOCK_SPREAD = 0.10
+POWER_LIMIT_SLACK_W = 1.0  # NVML reports milliwatts; a limit within 1 W of default is the default
 FAIL_REASONS = {0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
                 0x80: "HW power brake"}
 WARN_REASONS = {0x4: "SW power cap"}
@@ -144,11 +149,31 @@ def _pstate(under_load: bool):
         p = d.get("pstate")
         if p is None or not under_load:
             return None
-        if p == 0:
+        consumer = _consumer(d)
+        if p == 0 or (consumer and p <= 2):
             return None
         status = CheckStatus.WARN if p <= 2 else CheckStatus.FAIL
-        return status, f"GPU{d['index']} in P{p} under load; P0 expected (SM {_mhz(d.get('sm_clock_mhz'))} MHz)"
+        expected = "P0-P2 expected on a GeForce/TITAN card" if consumer else "P0 expected"
+        return status, f"GPU{d['index']} in P{p} under load; {expected} (SM {_mhz(d.get('sm_clock_mhz'))} MHz)"
     return judge
+
+
+def _consumer(d: dict) -> bool:
+    """GeForce and TITAN cards: their driver holds CUDA compute in P2 (P0 is for graphics)."""
+    brand = str(d.get("brand") or "").upper()
+    if brand and brand[0].isalpha():
+        return brand.startswith(("GEFORCE", "TITAN"))
+    name = str(d.get("name") or "").upper()
+    return "GEFORCE" in name or "TITAN" in name
+
+
+def _power_limit(d: dict):
+    limit, default = d.get("power_limit_w"), d.get("power_default_limit_w")
+    if limit is None or default is None or limit >= default - POWER_LIMIT_SLACK_W:
+        return None
+    return CheckStatus.WARN, (f"GPU{d['index']} power limit {limit:.0f} W, below its default {default:.0f} W: "
+                              f"a cap set with nvidia-smi -pl persists and slows every engine "
+                              f"(restore it: nvidia-smi -i {d['index']} -pl {default:.0f})")
 
 
 def _clock_events(d: dict):
@@ -305,7 +330,9 @@ def _gpu_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int]) 
                       f"CUDA {gpu.get('cuda_driver_version')}"))
     idle_note = "judged under load only"
     rows += _per_gpu("p-state", devices, _pstate(under_load),
-                     "P0 under load" if under_load else f"{idle_note} (now {_pstates(devices)})")
+                     f"{_pstates(devices)} under load" if under_load
+                     else f"{idle_note} (now {_pstates(devices)})")
+    rows += _per_gpu("power limit", devices, _power_limit, "power limit at the board's default")
     rows += _per_gpu("clock events", devices, _clock_events, "no clock-event reason that costs speed")
     rows += _per_gpu("pcie link", devices, _pcie(under_load),
                      "links at their max under load" if under_load

@@ -9,14 +9,15 @@ it has ``min_trials`` launches per arm and a verdict other than INCONCLUSIVE, or
 A launch that fails (no build, no start, never ready, died, truncated output) ends the run
 as FAILED with the reason and the engine's log tail: no verdict is made from a partial run.
 
-The environment is probed (core._probe) with each commit's engine interpreter and settings:
-in full once per arm before the first launch (a difference between the arms is reported:
-in build mode it names the package whose version differs), and cheaply before and after
-every launch. A launch whose before and after snapshots differ in anything that moves
-throughput (driver, NCCL, torch, engine libraries, clocks and links, GPU processes) is marked
-as drifted; the rule is to keep it in the statistics and name it in the report, so a reader
-can judge (excluding launches after the fact would bias the verdict toward whichever arm
-happened to drift less). A probe that fails is reported, never fatal.
+The environment is probed (core._probe) with each commit's engine interpreter and settings,
+in full once per arm before the first launch (a difference between the arms is reported: in
+build mode it names the package whose version differs). During each launch's measured
+requests the window monitor (core._window) records what else ran on the host and its GPUs;
+each trial is judged disturbed or not (core._disturbance, ``[compare.disturbance]``) and
+``on_disturbed`` decides: ``remeasure`` (default) leaves the disturbed trial's pair out of the
+statistics and measures another ABBA round, up to ``max_remeasured_pairs`` pairs per mode;
+``keep`` keeps it and names it; ``fail`` ends the run as FAILED. Disturbed trials are always
+stored and shown. A monitor that fails is reported, never fatal.
 
 Everything runs on the request's host (core._hosts): worktrees, builds, the probe, the engine;
 before the first launch the host's GPUs are cleared of leftover engines of ours, and a
@@ -28,18 +29,21 @@ Ctrl-C (cancellation) stops the engine's process group and ends the run as inter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import time
 from dataclasses import dataclass, field
 
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
-from core._errors import EngineError, SpecperfError
-from core._fingerprint import Category, diff_snapshots
+from core._disturbance import Disturbance, judge_trials, judge_window
+from core._errors import EngineError, HostBusyError, SpecperfError
+from core._fingerprint import diff_snapshots
 from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
 from core._measure import TrialResult, measure
 from core._probe import ProbeError, probe_async
+from core._report import launch_rows
 from core._stats import INCONCLUSIVE, ArmTrial, Verdict, decide
 from core._worktree_engine import build_commit, check_import, engine_for_commit
 
@@ -75,18 +79,24 @@ class CompareRequest:
 
 
 class RunStatus(enum.StrEnum):
-    """Where a compare stands: ``running``, then ``done``, ``failed`` or ``interrupted``; equal to
-    (and stored as) its text."""
+    """Where a compare stands: ``running``, then ``done``, ``failed``, ``refused`` (the host was
+    busy: foreign processes on its GPUs; a host error, nothing launched) or ``interrupted``;
+    equal to (and stored as) its text."""
 
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    REFUSED = "refused"
     INTERRUPTED = "interrupted"
 
 
 @dataclass
 class CompareResult:
-    """The outcome. ``status``: done, failed or interrupted; ``trials[mode][role]`` in pair order."""
+    """The outcome. ``status``: done, failed, refused (the host was busy: foreign processes on
+    its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order,
+    ``seqs[mode][role]`` their launch numbers, ``windows[seq]`` what the window monitor
+    saw, ``disturbed[seq]`` the judgement of each disturbed trial, ``left_out[mode]`` the pair
+    indexes left out of the statistics (``on_disturbed = "remeasure"``)."""
 
     status: RunStatus
     base_sha: str
@@ -95,9 +105,18 @@ class CompareResult:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     imported: dict[str, dict | None] = field(default_factory=dict)
     arm_env_diff: list[str] = field(default_factory=list)
-    drift: dict[int, list[str]] = field(default_factory=dict)
+    seqs: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    windows: dict[int, dict | None] = field(default_factory=dict)
+    disturbed: dict[int, Disturbance] = field(default_factory=dict)
+    left_out: dict[str, list[int]] = field(default_factory=dict)
     reason: str | None = None
     log_tail: str | None = None
+
+    def launches(self) -> list[dict]:
+        """Every launch in order with its disturbance (:func:`core.launch_rows`)."""
+        tok_s = {seq: trial.sample.output_tok_s for mode, by_role in self.trials.items()
+                 for role, arm in by_role.items() for seq, trial in zip(self.seqs[mode][role], arm)}
+        return launch_rows(self.seqs, tok_s, self.disturbed, self.left_out, self.windows)
 
 
 class CompareObserver:
@@ -116,21 +135,61 @@ class CompareObserver:
 def arm_trial(trial: TrialResult) -> ArmTrial:
     """The figures of a trial that the statistics use."""
     tpot = trial.sample.tpot_ms
-    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None)
+    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
+                    trial.engine.acceptance_missing)
 
 
 def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
-    launch order (pairs = the shorter arm's count)."""
+    launch order (pairs = the shorter arm's count). When the engine could not give acceptance
+    length, the reason names the missing counter."""
     n = min(len(trials["base"]), len(trials["head"]))
-    return decide(trials["base"][:n], trials["head"][:n],
-                  margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    verdict = decide(trials["base"][:n], trials["head"][:n],
+                     margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
+                      if t.acceptance_missing})
+    if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
+        verdict = dataclasses.replace(
+            verdict, reason=f"{verdict.reason}; acceptance length not derived: {'; '.join(missing)}")
+    return verdict
 
 
 def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
-    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`."""
-    return {mode: {role: [arm_trial(t) for t in trials] for role, trials in by_role.items()}
+    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`, without
+    the pairs left out as disturbed."""
+    return {mode: kept({role: [arm_trial(t) for t in trials] for role, trials in by_role.items()},
+                       result.left_out.get(mode, []))
             for mode, by_role in result.trials.items()}
+
+
+def kept(trials: dict[str, list], left_out: list[int]) -> dict[str, list]:
+    """``trials[role]`` without the pairs whose index is in ``left_out``."""
+    drop = set(left_out)
+    return {role: [t for i, t in enumerate(arm) if i not in drop] for role, arm in trials.items()}
+
+
+def judge_compare(seqs: dict[str, dict[str, list[int]]], windows: dict[int, dict | None],
+                  settings: CompareConfig) -> tuple[dict[int, Disturbance], dict[str, list[int]]]:
+    """The disturbed trials of a compare and, per mode, the pair indexes left out of the
+    statistics: under ``on_disturbed = "remeasure"`` the first ``max_remeasured_pairs``
+    pairs (of a mode) with a disturbed trial; none otherwise.
+
+    Args:
+        seqs: ``[mode][role]`` launch numbers in pair order.
+        windows: ``{launch number: window document}``.
+    """
+    disturbed: dict[int, Disturbance] = {}
+    left_out: dict[str, list[int]] = {}
+    for mode, by_role in seqs.items():
+        mode_seqs = [seq for arm in by_role.values() for seq in arm]
+        disturbed.update(judge_trials({seq: windows.get(seq) for seq in mode_seqs}, settings.disturbance))
+        left_out[mode] = []
+        if settings.on_disturbed != "remeasure":
+            continue
+        for i, pair in enumerate(zip(by_role.get("base", []), by_role.get("head", []))):
+            if any(seq in disturbed for seq in pair) and len(left_out[mode]) < settings.max_remeasured_pairs:
+                left_out[mode].append(i)
+    return disturbed, left_out
 
 
 async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
@@ -156,7 +215,7 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     """Run the experiment described by ``request``; see the module docstring.
 
     ``shas`` (base, head) skips resolution when the caller already resolved the refs.
-    Returns a result with status ``done`` or ``failed``; on cancellation (Ctrl-C) the
+    Returns a result with status ``done``, ``failed`` or ``refused``; on cancellation (Ctrl-C) the
     observer's ``finished`` gets status ``interrupted`` and the cancellation propagates.
 
     Raises:
@@ -165,11 +224,15 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     obs = observer or CompareObserver()
     base_sha, head_sha = shas or await resolve_refs(request)
     result = CompareResult(RunStatus.RUNNING, base_sha, head_sha,
-                           trials={m: {"base": [], "head": []} for m in request.modes})
+                           trials={m: {"base": [], "head": []} for m in request.modes},
+                           seqs={m: {"base": [], "head": []} for m in request.modes})
     obs.started(base_sha, head_sha)
     try:
         await _experiment(request, obs, result)
         result.status = RunStatus.DONE
+    except HostBusyError as exc:
+        result.status = RunStatus.REFUSED
+        result.reason = str(exc)
     except SpecperfError as exc:
         result.status = RunStatus.FAILED
         result.verdicts = {}  # no verdict from a partial run
@@ -208,7 +271,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
     full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
             for role in engines}
     if all(full.values()):
-        result.arm_env_diff = [c.line for c in diff_snapshots(full["base"], full["head"])]
+        result.arm_env_diff = arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
     for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
                                  grace_s=engine.stop_grace_s):  # again: a newcomer during the builds
         obs.progress(line)
@@ -221,25 +284,29 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
             for role in ABBA:
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
-                trial = await _one_trial(request, obs, arm, seq, *engines[role], result)
+                trial = await _one_trial(request, obs, arm, seq, *engines[role])
                 result.trials[mode][role].append(trial)
+                result.seqs[mode][role].append(seq)
+                result.windows[seq] = trial.window
                 if settings.cooldown_s:
                     await asyncio.sleep(settings.cooldown_s)
+        result.disturbed, result.left_out = judge_compare(result.seqs, result.windows, settings)
         view = figures(result)
         result.verdicts = {m: verdict_for(view[m], settings) for m in request.modes}
         obs.verdicts_updated(result.verdicts)
         launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0
         undecided = [
             m for m in undecided
-            if len(result.trials[m]["base"]) < settings.min_trials
-            or (result.verdicts[m].verdict == INCONCLUSIVE and len(result.trials[m]["base"]) < settings.max_trials)
+            if len(view[m]["base"]) < settings.min_trials
+            or (result.verdicts[m].verdict == INCONCLUSIVE and len(view[m]["base"]) < settings.max_trials)
         ]
         if undecided and time.monotonic() > deadline:
             obs.progress(f"time budget of {settings.time_budget_s:.0f} s spent after {launches} launches per arm")
             break
 
 
-_DRIFT = {Category.DRIVER, Category.NCCL, Category.TORCH, Category.ENGINE, Category.CLOCKS_LINKS}
+class DisturbedError(SpecperfError):
+    """A trial was disturbed and ``on_disturbed = "fail"``."""
 
 
 async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, seq: int | None,
@@ -254,17 +321,23 @@ async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, s
     return data
 
 
-def drift_lines(before: dict | None, after: dict | None) -> list[str]:
-    """What changed between a launch's before and after snapshots that can move throughput."""
-    if not (before and after):
-        return []
-    return [c.line for c in diff_snapshots(before, after) if c.category in _DRIFT]
+def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> list[str]:
+    """What differs between the two arms' full snapshots, less what differs by construction:
+    each arm has its own worktree (``.../worktrees/<sha>``) and build folder
+    (``.../builds/<sha>``), so a value that differs only in its arm's SHA (the checkout's
+    path, ``PYTHONPATH``, a build's interpreter and package paths) is left out; the commit
+    itself is kept."""
+    def by_construction(change) -> bool:
+        before, after = change.before, change.after
+        return (isinstance(before, str) and isinstance(after, str) and before != base_sha
+                and base_sha in before and head_sha in after
+                and before.replace(base_sha, "<sha>") == after.replace(head_sha, "<sha>"))
+    return [c.line for c in diff_snapshots(base, head) if not by_construction(c)]
 
 
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
-                     engine: EngineConfig, tree: str, result: CompareResult) -> TrialResult:
+                     engine: EngineConfig, tree: str) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
-    before = await _snapshot(request, obs, "before", seq, engine, tree)
     try:
         trial = await measure(
             request.engine_name, engine, arm.mode, request.workload_name, request.workload,
@@ -275,8 +348,16 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
         obs.trial_failed(arm, seq, str(exc))
         raise
     obs.trial_finished(arm, seq, trial)
-    drift = drift_lines(before, await _snapshot(request, obs, "after", seq, engine, tree))
-    if drift:
-        result.drift[seq] = drift
-        obs.progress(f"trial {seq}: environment drifted: {'; '.join(drift)}")
+    if trial.window is not None:
+        obs.snapshot("window", trial.window, seq)
+    if trial.window and "error" in trial.window:
+        obs.progress(f"trial {seq}: {trial.window['error']}")
+    judged = judge_window(trial.window, request.settings.disturbance)
+    if judged.disturbed:
+        policy = request.settings.on_disturbed
+        obs.progress(f"trial {seq} disturbed ({policy}): {'; '.join(judged.reasons)}")
+        if policy == "fail":
+            raise DisturbedError(f"trial {seq} ({arm.mode} {arm.role}) was disturbed: {'; '.join(judged.reasons)} "
+                                 "(on_disturbed = \"fail\"; set [compare] on_disturbed = \"remeasure\" to measure "
+                                 "its pair again instead)")
     return trial

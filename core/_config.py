@@ -97,6 +97,10 @@ class EngineConfig(_Strict):
     ``modes`` maps a mode name (``baseline``, ``eagle3``, ...) to the extra launch arguments of
     that mode; ``args`` are common to every mode. ``command`` is only for ``kind = "command"``:
     the full argv, where ``{port}``, ``{model}`` and ``{python}`` are replaced.
+    ``output_length``: how requests hold the output length fixed: ``ignore_eos``,
+    ``min_tokens`` (= ``max_tokens``), ``max_tokens`` alone (an answer cut short by the model's
+    end-of-sequence token invalidates the launch), or ``probe`` (default): the first of those
+    the server accepts at readiness (an HTTP 400/422 to a field moves on to the next).
     """
 
     kind: Literal["vllm", "sglang", "command"]
@@ -113,6 +117,7 @@ class EngineConfig(_Strict):
     modes: dict[str, list[str]] = Field(default_factory=lambda: {"baseline": []})
     command: list[str] = Field(default_factory=list)
     health_path: str = "/health"
+    output_length: Literal["probe", "ignore_eos", "min_tokens", "max_tokens"] = "probe"
     port: int = Field(default=8199, ge=1, le=65535)
     cpus: list[int] | None = None
     ready_timeout_s: float = Field(default=600.0, gt=0)
@@ -173,11 +178,43 @@ class WorkloadConfig(_Strict):
     request_timeout_s: float = Field(default=300.0, gt=0)
 
 
+class DisturbanceConfig(_Strict):
+    """When a trial's measured window counts as disturbed (``[compare.disturbance]``; the
+    window monitor's figures are in ``core/_host_agent.py``, the judgement in
+    ``core/_disturbance.py``). The defaults hold on a shared 2-CPU VM and on a quiet GPU host:
+    a boosted or idle GPU, clock moves and the power cap alone are not disturbances.
+
+    ``engine_cpus_foreign_share``: CPU time of processes outside the engine's group (and not
+    specperf's) on the CPUs the engine may run on, as a share of those CPUs over the window.
+    ``host_foreign_share``: the same over all the host's CPUs (``None``: not judged, since a
+    shared host is busy elsewhere by design). ``steal_share``: time the hypervisor took from
+    the engine's CPUs. ``gpu_slowdown_s``: seconds of thermal slowdown, HW slowdown or power
+    braking in the window. ``power_cap_share_spread``: a trial whose share of its window under
+    the SW power cap differs from the median of its mode's trials by more than this (a heavy
+    engine sits at the cap all the time; a difference means something else drew power).
+    ``swap_mib``: swapped in or out in the window. ``foreign_gpu_processes``: a compute process
+    outside the engine's group on its GPUs disturbs."""
+
+    engine_cpus_foreign_share: float = Field(default=0.10, gt=0, le=1)
+    host_foreign_share: float | None = Field(default=None, gt=0, le=1)
+    steal_share: float = Field(default=0.05, gt=0, le=1)
+    gpu_slowdown_s: float = Field(default=0.5, ge=0)
+    power_cap_share_spread: float = Field(default=0.25, gt=0, le=1)
+    swap_mib: float = Field(default=64.0, ge=0)
+    foreign_gpu_processes: bool = True
+
+
 class CompareConfig(_Strict):
     """How a compare decides (see core._stats): ``margin_pct`` of base tok/s within which a
     change counts as none, rank-test ``alpha``, launches per arm and mode between
     ``min_trials`` and ``max_trials`` (rounds are added while INCONCLUSIVE), an overall
-    ``time_budget_s``, and ``cooldown_s`` between launches."""
+    ``time_budget_s``, and ``cooldown_s`` between launches.
+
+    ``on_disturbed``: what a trial judged disturbed (``disturbance``) does: ``remeasure``
+    (default) keeps it stored and shown but leaves its pair out of the statistics and measures
+    another ABBA round, at most ``max_remeasured_pairs`` pairs per mode (later disturbed pairs
+    are kept and named); ``keep`` keeps it in the statistics and names it; ``fail`` ends the
+    run as FAILED."""
 
     margin_pct: float = Field(default=2.0, gt=0, lt=100)
     alpha: float = Field(default=0.05, gt=0, lt=1)
@@ -186,6 +223,9 @@ class CompareConfig(_Strict):
     time_budget_s: float = Field(default=3600.0, gt=0)
     cooldown_s: float = Field(default=2.0, ge=0)
     modes: list[str] = Field(default_factory=lambda: ["baseline", "eagle3"])
+    on_disturbed: Literal["remeasure", "keep", "fail"] = "remeasure"
+    max_remeasured_pairs: int = Field(default=4, ge=0)
+    disturbance: DisturbanceConfig = Field(default_factory=DisturbanceConfig)
 
     @model_validator(mode="after")
     def _trials(self) -> CompareConfig:

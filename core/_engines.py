@@ -3,21 +3,28 @@ about speculative decoding over one measured window.
 
 * vLLM: ``python -m vllm.entrypoints.openai.api_server``; ready after ``/health`` answers 200
   and one real completion succeeds (``/health`` stays 200 on a stuck engine, vLLM #51663);
-  acceptance length from deltas of the ``/metrics`` counters
-  ``vllm:spec_decode_num_accepted_tokens_total`` and ``vllm:spec_decode_num_drafts_total``
-  (1 + accepted / drafts), engine tok/s from ``vllm:generation_tokens_total``.
+  acceptance length from deltas of the ``/metrics`` spec-decode counters, whichever set the
+  version has (:func:`vllm_acceptance`), engine tok/s from ``vllm:generation_tokens_total``.
 * SGLang: ``python -m sglang.launch_server --enable-metrics``; ready after
   ``/health_generate`` answers 200 and one real completion succeeds; acceptance length from,
   in order of preference, per-request ``spec_verify_ct`` (completion tokens / verify steps),
   the scheduler's 'Decode batch' log lines of the window, or the ``sglang:spec_accept_length``
   gauge; engine tok/s from the log lines' ``gen throughput``.
-* command: any OpenAI-compatible server started by a configured argv; ready after its
-  health path answers 200 and one real completion succeeds; reports no engine figures.
+* command: any OpenAI-compatible server started by a configured argv (``transformers serve``,
+  for one); ready after its health path answers 200 and one real completion succeeds;
+  reports no engine figures.
+
+Every kind finds at readiness how the server holds the output length fixed (the engine's
+``output_length``, ``probe`` by default): the ready completion carries ``ignore_eos``; a
+server that refuses the field (HTTP 400 or 422, as ``transformers serve`` does) is asked
+again with ``min_tokens``, then with ``max_tokens`` alone. The method found is
+:attr:`EngineAdapter.length_method`, which the benchmark client then uses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,7 +33,7 @@ import httpx
 
 from core._config import EngineConfig
 from core._errors import EngineExitedError, EngineNotReadyError
-from core._loadgen import Sample
+from core._loadgen import LENGTH_METHODS, Sample, length_fields
 from core._prometheus import sample_sums, sample_values
 from core._sglang_log import window_figures
 
@@ -39,6 +46,8 @@ class EngineFigures:
     without speculative decoding). ``drafts`` and ``accepted_tokens``: counter deltas where
     the engine has them. ``output_tok_s``: the engine's own throughput figure, to
     cross-check the client. ``source`` names where the figures came from.
+    ``acceptance_missing``: under speculation, why acceptance length could not be derived
+    (which counter is missing); ``None`` otherwise.
     """
 
     acceptance_length: float | None = None
@@ -47,6 +56,7 @@ class EngineFigures:
     output_tokens: int | None = None
     output_tok_s: float | None = None
     source: str = ""
+    acceptance_missing: str | None = None
 
 
 class EngineAdapter:
@@ -58,6 +68,7 @@ class EngineAdapter:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        self.length_method: str = "ignore_eos" if config.output_length == "probe" else config.output_length
 
     def launch_argv(self, mode: str) -> list[str]:
         """The full launch argv for ``mode`` (CPU pinning prefix included).
@@ -81,7 +92,8 @@ class EngineAdapter:
         self, client: httpx.AsyncClient, timeout_s: float, exited: Callable[[], int | None],
         log_tail: Callable[[], Awaitable[str]],
     ) -> None:
-        """Poll the health route, then send one real completion, until both succeed.
+        """Poll the health route, then send one real completion, until both succeed; the
+        completion also finds :attr:`length_method` (module docstring).
 
         Args:
             client: bound to the engine's base URL.
@@ -96,6 +108,8 @@ class EngineAdapter:
         deadline = time.monotonic() + timeout_s
         healthy = False
         last = "no answer yet"
+        methods: list[str] = list(LENGTH_METHODS if self.config.output_length == "probe"
+                                  else [self.config.output_length])
         while True:
             code = exited()
             if code is not None:
@@ -119,13 +133,17 @@ class EngineAdapter:
                 else:
                     response = await client.post(
                         "/v1/completions",
-                        json={"model": self.config.request_model_name, "prompt": "ready",
-                              "max_tokens": 1, "temperature": 0.0},
+                        json={"model": self.config.request_model_name, "prompt": "ready", "temperature": 0.0,
+                              **length_fields(methods[0], 1)},
                         timeout=max(0.1, remaining),
                     )
-                    last = f"first completion -> {response.status_code}"
+                    last = f"first completion ({methods[0]}) -> {response.status_code}"
                     if response.status_code == 200:
+                        self.length_method = methods[0]
                         return
+                    if response.status_code in (400, 422) and len(methods) > 1:
+                        methods.pop(0)  # the server refuses that field: try the next method now
+                        continue
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__} on {'completion' if healthy else self.health_path}"
             await asyncio.sleep(0.5)
@@ -135,18 +153,105 @@ class EngineAdapter:
         return None
 
     async def end_window(
-        self, client: httpx.AsyncClient, start: object, sample: Sample, log_text: str
+        self, client: httpx.AsyncClient, start: object, sample: Sample, log_text: str, mode: str = ""
     ) -> EngineFigures:
-        """The engine's figures over the window, from ``start`` and the log written during it."""
+        """The engine's figures over the window of a ``mode`` launch, from ``start`` and the log
+        written during it."""
         return EngineFigures()
+
+
+_SPEC_COUNTER = "spec_decode_num_{}_total"
+NOT_DERIVED = "; acceptance length not derived: "  # joins a figures source and the reason
+
+
+def num_speculative_tokens(args: list[str]) -> int | None:
+    """``k``, the draft tokens per verify step, from vLLM launch arguments: the
+    ``num_speculative_tokens`` of ``--speculative-config`` JSON, or ``--num-speculative-tokens``
+    (older vLLM); ``None`` when neither is given."""
+    for i, arg in enumerate(args):
+        flag, _, inline = arg.partition("=")
+        value = inline if inline else (args[i + 1] if i + 1 < len(args) else "")
+        if flag.replace("_", "-") == "--speculative-config":
+            try:
+                k = json.loads(value).get("num_speculative_tokens")
+            except (ValueError, AttributeError):
+                k = None
+            if isinstance(k, int) and k > 0:
+                return k
+        elif flag.replace("_", "-") == "--num-speculative-tokens" and value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class VllmAcceptance:
+    """Acceptance over a window from vLLM's spec-decode counters; see :func:`vllm_acceptance`."""
+
+    acceptance_length: float | None
+    drafts: int | None
+    accepted_tokens: int | None
+    formula: str | None
+    missing: str | None
+
+
+def vllm_acceptance(start: dict[str, float], end: dict[str, float], k: int | None) -> VllmAcceptance:
+    """Acceptance length from whichever spec-decode counter set this vLLM exports.
+
+    ``start`` and ``end`` are ``/metrics`` sample sums (name -> value) at the window's ends,
+    names with or without the ``vllm:`` prefix; ``k`` is ``num_speculative_tokens``.
+    In order of preference (vLLM V1 has the first, V1 before drafts were counted the second,
+    V0 the third; the draft-token counter counts ``k`` per draft):
+
+    * ``num_drafts``: 1 + accepted / drafts
+    * ``num_draft_tokens`` and ``k``, ``num_emitted_tokens``: emitted / (draft tokens / k)
+      (emitted tokens include the bonus token)
+    * ``num_draft_tokens`` and ``k``, ``num_accepted_tokens``: 1 + accepted / (draft tokens / k)
+
+    Returns every field ``None`` when no spec-decode counter exists (no speculation); when
+    some exist but none of the sets fits, ``missing`` says which counter or setting is
+    lacking.
+    """
+    def delta(name: str) -> float | None:
+        for key in (f"vllm:{_SPEC_COUNTER.format(name)}", _SPEC_COUNTER.format(name)):
+            if key in end:
+                return end[key] - start.get(key, 0.0)
+        return None
+
+    drafts, draft_tokens, accepted, emitted = (delta(n) for n in ("drafts", "draft_tokens", "accepted_tokens",
+                                                                 "emitted_tokens"))
+    if drafts is None and draft_tokens is None and accepted is None and emitted is None:
+        return VllmAcceptance(None, None, None, None, None)
+    accepted_int = int(accepted) if accepted is not None else None
+    if drafts is not None and accepted is not None:
+        if not drafts:
+            return VllmAcceptance(None, 0, accepted_int, None, "no drafts in the window")
+        return VllmAcceptance(1.0 + accepted / drafts, int(drafts), accepted_int,
+                              "1 + accepted / drafts", None)
+    if draft_tokens is not None and k:
+        derived = draft_tokens / k
+        if not derived:
+            return VllmAcceptance(None, 0, accepted_int, None, "no drafts in the window")
+        if emitted is not None:
+            return VllmAcceptance(emitted / derived, int(derived), accepted_int,
+                                  f"emitted / (draft tokens / {k})", None)
+        if accepted is not None:
+            return VllmAcceptance(1.0 + accepted / derived, int(derived), accepted_int,
+                                  f"1 + accepted / (draft tokens / {k})", None)
+    if draft_tokens is not None and not k:
+        missing = ("vllm:spec_decode_num_drafts_total is missing and num_speculative_tokens is not in the "
+                   "mode's arguments (give it in --speculative-config)")
+    elif drafts is None and draft_tokens is None:
+        missing = "vllm:spec_decode_num_drafts_total and vllm:spec_decode_num_draft_tokens_total are missing"
+    else:
+        missing = ("vllm:spec_decode_num_accepted_tokens_total and vllm:spec_decode_num_emitted_tokens_total "
+                   "are missing")
+    return VllmAcceptance(None, None, accepted_int, None, missing)
 
 
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI server (the CPU build included)."""
 
     kind = "vllm"
-    _DRAFTS = "vllm:spec_decode_num_drafts_total"
-    _ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     _GENERATED = "vllm:generation_tokens_total"
 
     def _server_argv(self) -> list[str]:
@@ -165,7 +270,7 @@ class VllmAdapter(EngineAdapter):
         return await self._counters(client)
 
     async def end_window(
-        self, client: httpx.AsyncClient, start: object, sample: Sample, log_text: str
+        self, client: httpx.AsyncClient, start: object, sample: Sample, log_text: str, mode: str = ""
     ) -> EngineFigures:
         assert isinstance(start, dict)
         # The counters are updated as engine steps finish, a moment after the client has its
@@ -177,17 +282,24 @@ class VllmAdapter(EngineAdapter):
             if generated >= sample.output_tokens or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
-        drafts = int(end.get(self._DRAFTS, 0) - start.get(self._DRAFTS, 0))
-        accepted = int(end.get(self._ACCEPTED, 0) - start.get(self._ACCEPTED, 0))
-        speculative = self._DRAFTS in end
+        args = list(self.config.args) + list(self.config.modes.get(mode, []))
+        spec = vllm_acceptance(start, end, num_speculative_tokens(args))
+        if spec.missing is None and spec.formula is None and _speculative_args(args):
+            spec = VllmAcceptance(None, None, None, None, "no vllm:spec_decode_* counter in /metrics")
+        source = "vllm /metrics counter deltas" + (f" ({spec.formula})" if spec.formula else "")
+        if spec.missing:
+            source += NOT_DERIVED + spec.missing
         return EngineFigures(
-            acceptance_length=(1.0 + accepted / drafts) if speculative and drafts else None,
-            drafts=drafts if speculative else None,
-            accepted_tokens=accepted if speculative else None,
+            acceptance_length=spec.acceptance_length, drafts=spec.drafts, accepted_tokens=spec.accepted_tokens,
             output_tokens=generated,
             output_tok_s=generated / sample.window_s if sample.window_s > 0 else None,
-            source="vllm /metrics counter deltas",
+            source=source, acceptance_missing=spec.missing,
         )
+
+
+def _speculative_args(args: list[str]) -> bool:
+    return any(a.split("=", 1)[0].replace("_", "-") in ("--speculative-config", "--speculative-model")
+               for a in args)
 
 
 class SglangAdapter(EngineAdapter):
@@ -205,7 +317,7 @@ class SglangAdapter(EngineAdapter):
         ]
 
     async def end_window(
-        self, client: httpx.AsyncClient, start: object, sample: Sample, log_text: str
+        self, client: httpx.AsyncClient, start: object, sample: Sample, log_text: str, mode: str = ""
     ) -> EngineFigures:
         log_accept, log_tok_s, lines = window_figures(log_text)
         verify_steps = [r.spec_verify_ct for r in sample.requests if r.spec_verify_ct]

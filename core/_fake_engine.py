@@ -27,15 +27,27 @@ class ExactRateServer:
     Faults: ``truncate_at`` ends each stream after N tokens with ``finish_reason=stop``;
     ``drop_at`` closes the connection after N tokens without ``[DONE]``; ``exit_at`` kills the
     whole process after N tokens in total (only for a server in its own process).
+
+    Other servers' manners: ``reject_fields`` (``("ignore_eos", "min_tokens")``) answers HTTP
+    422 "Unexpected fields in the request" to a request carrying any of them, as
+    ``transformers serve`` does; ``eos_at`` ends a stream at N tokens with
+    ``finish_reason=stop`` (the model emitted its end-of-sequence token) unless the request
+    holds the length with ``ignore_eos`` or ``min_tokens``; ``no_done`` ends every stream
+    cleanly (usage chunk, end of the chunked body) without ``data: [DONE]``. Each record
+    lists the request's fields (``fields``).
     """
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, truncate_at: int | None = None,
-                 drop_at: int | None = None, exit_at: int | None = None) -> None:
+                 drop_at: int | None = None, exit_at: int | None = None, reject_fields: tuple[str, ...] = (),
+                 eos_at: int | None = None, no_done: bool = False) -> None:
         self.ttft_s = ttft_ms / 1000.0
         self.itl_s = itl_ms / 1000.0
         self.truncate_at = truncate_at
         self.drop_at = drop_at
         self.exit_at = exit_at
+        self.reject_fields = reject_fields
+        self.eos_at = eos_at
+        self.no_done = no_done
         self.records: list[dict] = []
         self.tokens_sent = 0
         self.extra_usage: dict = {}  # more usage fields per request (engine stubs add their own)
@@ -70,7 +82,13 @@ class ExactRateServer:
                 self.records.clear()
             self._json(writer, "200 OK", self.records)
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            return await self.stream(json.loads(body), path.endswith("/chat/completions"), arrival, writer)
+            request = json.loads(body)
+            unexpected = sorted(set(self.reject_fields) & request.keys())
+            if unexpected:
+                self._json(writer, "422 Unprocessable Entity",
+                           {"detail": f"Unexpected fields in the request: {set(unexpected)}"})
+            else:
+                return await self.stream(request, path.endswith("/chat/completions"), arrival, writer)
         else:
             self._json(writer, "404 Not Found", {"error": f"no route {method} {path}"})
         await writer.drain()
@@ -79,7 +97,11 @@ class ExactRateServer:
     async def stream(self, body: dict, chat: bool, arrival: float, writer) -> bool:
         max_tokens = int(body.get("max_tokens", 16))
         to_send = max_tokens if self.truncate_at is None else min(max_tokens, self.truncate_at)
-        record = {"arrival_s": arrival, "first_token_s": None, "last_token_s": None, "tokens": 0}
+        held = body.get("ignore_eos") or int(body.get("min_tokens") or 0) >= max_tokens
+        if self.eos_at is not None and not held:
+            to_send = min(to_send, self.eos_at)
+        record = {"arrival_s": arrival, "first_token_s": None, "last_token_s": None, "tokens": 0,
+                  "fields": sorted(body)}
         self.records.append(record)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         first_due = arrival + self.ttft_s
@@ -104,6 +126,6 @@ class ExactRateServer:
         usage = {"prompt_tokens": 8, "completion_tokens": to_send, "total_tokens": 8 + to_send,
                  **self.extra_usage}
         writer.write(_chunk(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"))
-        writer.write(_chunk(b"data: [DONE]\n\n") + _chunk(b""))
+        writer.write((b"" if self.no_done else _chunk(b"data: [DONE]\n\n")) + _chunk(b""))
         await writer.drain()
         return True

@@ -12,12 +12,16 @@ nccl           NCCL version
 torch          torch version, its CUDA, HIP, cuDNN, git version
 engine         vllm, sglang, sgl-kernel, flashinfer, triton versions (in that order), the
                engine checkout's SHA and dirtiness
-env            ``NCCL_*``, ``CUDA_*``, ``SGLANG_*``, ``VLLM_*``, ``TORCH_*``, ``PYTORCH_*``
+env            variables known to move engine performance: ``NCCL_*``, ``CUDA_*``,
+               ``NVIDIA_*``, ``SGLANG_*``, ``SGL_*``, ``VLLM_*``, ``TORCH_*``, ``PYTORCH_*``,
+               ``TORCHINDUCTOR_*``, ``TRITON_*``, ``FLASHINFER_*``, DeepGEMM's ``DG_*``,
+               ``NVSHMEM_*``, ``UCX_*``, ``OMP_*``/``MKL_*``/``KMP_*`` threads, ``LD_PRELOAD``,
+               ``LD_LIBRARY_PATH``, ``HF_HUB_OFFLINE``, ``PYTHONPATH``, ``MALLOC_*``
 clocks_links   per GPU: P-state, SM/memory clocks (max, application, and current when they
                moved by more than 10 %), clock-event reasons, PCIe link, NVLink, power limit,
                persistence, MIG, ECC mode; the number of compute processes
 other          the rest (Python, transformers, import paths, GPU model and UUID, kernel,
-               CPU, governor, memory size, ...)
+               CPU, governor, memory size, the other environment variables, ...)
 =============  ===========================================================================
 
 Readings that move from one second to the next (temperature, power draw, memory in use,
@@ -130,6 +134,9 @@ _ORDER = {
     Category.ENGINE: tuple(f"software.packages.{name}.version" for name in ENGINE_LIBRARIES)
     + ("system.git.sha", "system.git.dirty"),
 }
+PERFORMANCE_ENV = re.compile(
+    r"^(NCCL_|CUDA_|NVIDIA_|SGLANG_|SGL_|VLLM_|TORCH_|PYTORCH_|TORCHINDUCTOR_|TRITON_|FLASHINFER_|DG_|NVSHMEM_"
+    r"|UCX_|OMP_|MKL_|KMP_|MALLOC_|LD_PRELOAD$|LD_LIBRARY_PATH$|HF_HUB_OFFLINE$|PYTHONPATH$)")
 _RANK_IN_CATEGORY = {key: (cat, i) for cat, keys in _ORDER.items() for i, key in enumerate(keys)}
 
 
@@ -137,7 +144,7 @@ def _categorize(key: str) -> Category:
     if key in _RANK_IN_CATEGORY:
         return _RANK_IN_CATEGORY[key][0]
     if key.startswith("software.env."):
-        return Category.ENV
+        return Category.ENV if PERFORMANCE_ENV.match(key.removeprefix("software.env.")) else Category.OTHER
     if _CLOCKS_LINKS.match(key):
         return Category.CLOCKS_LINKS
     return Category.OTHER
@@ -249,7 +256,7 @@ _LABELS = (
     (re.compile(r"^software\.nccl\.version$"), lambda m: "NCCL"),
     (re.compile(r"^software\.torch\.version$"), lambda m: "torch"),
     (re.compile(r"^software\.torch\.(\w+)$"), lambda m: f"torch {m.group(1)}"),
-    (re.compile(r"^software\.env\.(\w+)$"), lambda m: f"env {m.group(1)}"),
+    (re.compile(r"^software\.env\.(.+)$"), lambda m: f"env {m.group(1)}"),
     (re.compile(r"^software\.python\.(\w+)$"), lambda m: f"python {m.group(1)}"),
     (re.compile(r"^gpu\.devices\.(\w+)\.(.+)$"), lambda m: f"GPU{m.group(1)} {m.group(2)}"),
     (re.compile(r"^gpu\.(driver_version|cuda_driver_version|nvml_version)$"),

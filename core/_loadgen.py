@@ -3,10 +3,11 @@
 Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serve``,
 ``sglang.bench_serving``):
 
-* request sent: the moment httpcore starts writing the request to the socket (its
-  ``trace`` extension), so the client's own queuing at high concurrency is not charged to
-  the engine; before that event the issue time stands in.
-* TTFT: request sent -> first chunk carrying generated text.
+* request sent: the moment aiohttp writes the request (headers with the body) to the socket
+  (its ``on_request_chunk_sent`` trace signal), so the client's own queuing at high
+  concurrency is not charged to the engine; before that event the issue time stands in.
+* TTFT: request sent -> first chunk carrying generated text. A read from the socket gets one
+  timestamp, shared by the events it holds.
 * ITL: gaps between successive chunks carrying text (a chunk may hold several tokens under
   speculative decoding, as in those tools).
 * TPOT: (E2E - TTFT) / (output tokens - 1), per request.
@@ -16,21 +17,24 @@ Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serv
 
 Output tokens are the server's ``usage.completion_tokens`` (asked for with
 ``stream_options.include_usage``); if the server sends no usage, the number of text chunks.
-A request that returns fewer tokens than asked, fails, or ends its stream without ``[DONE]``
-makes the sample invalid, with a reason per request.
+Output length is held fixed by the engine's length method (:data:`LENGTH_METHODS`):
+``ignore_eos`` (vLLM, SGLang), ``min_tokens`` = ``max_tokens``, or ``max_tokens`` alone, where
+a model that stops early gives a short answer. A request that returns fewer tokens than
+asked, fails, or ends its stream neither with ``[DONE]`` nor cleanly with a
+``finish_reason`` on every choice (``transformers serve`` sends no ``[DONE]``) makes the
+sample invalid, with a reason per request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 
-import httpx
+import aiohttp
 import numpy as np
 
 from core._config import WorkloadConfig
@@ -75,7 +79,8 @@ class RequestRecord:
             return (
                 f"request {self.index} returned {self.output_tokens} of {self.expected_tokens} tokens "
                 f"(finish_reason={self.finish_reason}): the output was truncated, so its tok/s would "
-                "be wrong; check that the engine honours ignore_eos and that max-model-len fits"
+                "be wrong; check that the engine holds the length fixed (engines.<name>.output_length) "
+                "and that max-model-len fits"
             )
         return None
 
@@ -174,12 +179,26 @@ class Sample:
         }
 
 
-def _payload(api: str, model: str, prompt: str, output_len: int) -> dict:
+LENGTH_METHODS = ("ignore_eos", "min_tokens", "max_tokens")
+
+
+def length_fields(method: str, output_len: int) -> dict[str, object]:
+    """The request fields that hold the output at ``output_len`` tokens with ``method`` (one
+    of :data:`LENGTH_METHODS`): ``ignore_eos``, ``min_tokens`` or nothing (``max_tokens`` only).
+
+    Raises:
+        KeyError: an unknown method.
+    """
+    held: dict[str, dict[str, object]] = {"ignore_eos": {"ignore_eos": True}, "min_tokens": {"min_tokens": output_len},
+                                          "max_tokens": {}}
+    return {**held[method], "max_tokens": output_len}
+
+
+def _payload(api: str, model: str, prompt: str, output_len: int, length_method: str = "ignore_eos") -> dict:
     body: dict = {
         "model": model,
-        "max_tokens": output_len,
         "temperature": 0.0,
-        "ignore_eos": True,
+        **length_fields(length_method, output_len),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -200,43 +219,79 @@ def _chunk_text(event: dict, api: str) -> str:
     return choice.get("text") or ""
 
 
+_decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing of bytes
+# The key of the generated text in a choice, by API, and the bytes that may follow it
+# before the string value (engines write compact JSON; json.dumps puts a space).
+_TEXT_KEYS = {"completions": (b'"text":"', b'"text": "'), "chat": (b'"content":"', b'"content": "')}
+
+
+def _plain_text_chunk(payload: bytes, text_keys: tuple[bytes, bytes]) -> bool:
+    """Whether ``payload`` is, without parsing it, an event of one choice with non-empty text,
+    no finish_reason, no usage and no error: the bulk of a stream. Literal quotes cannot occur
+    inside JSON strings (they are escaped), so the keys found are keys; anything unsure gives
+    ``False`` and the event is parsed in full."""
+    if (b'"finish_reason":null' not in payload and b'"finish_reason": null' not in payload) \
+            or b'"usage":{' in payload or b'"usage": {' in payload or b'"error"' in payload:
+        return False
+    for key in text_keys:
+        start = payload.find(key)
+        if start >= 0:
+            return payload[start + len(key):start + len(key) + 1] not in (b'"', b"")
+    return False
+
+
 class _StreamParser:
     """Incremental server-sent-events parser that fills one :class:`RequestRecord`."""
 
     def __init__(self, record: RequestRecord, api: str) -> None:
         self.record = record
         self.api = api
+        self.text_keys = _TEXT_KEYS[api]
         self.buffer = b""
         self.last_text_s: float | None = None
         self.usage_tokens: int | None = None
         self.done = False
+        self.finished_choices: dict[int, bool] = {}  # choice index -> has a finish_reason
 
     def feed(self, data: bytes, now: float) -> None:
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                self._event(line[5:].strip(), now)
+        """Parse the complete lines of ``data`` (bytes as read), all stamped ``now``."""
+        if self.buffer:
+            data = self.buffer + data
+        end = data.rfind(b"\n") + 1
+        self.buffer = data[end:]
+        for line in data[:end].splitlines():
+            if line[:5] == b"data:":
+                if _plain_text_chunk(line, self.text_keys):
+                    self._text(now)
+                else:
+                    self._event(line[5:], now)
+
+    def _text(self, now: float) -> None:
+        record = self.record
+        if self.last_text_s is None:
+            record.ttft_ms = (now - record.start_s) * 1000.0
+        else:
+            record.itl_ms.append((now - self.last_text_s) * 1000.0)
+        self.last_text_s = now
+        record.text_chunks += 1
 
     def _event(self, payload: bytes, now: float) -> None:
-        if payload == b"[DONE]":
+        if payload.strip() == b"[DONE]":
             self.done = True
             return
-        event = json.loads(payload)
+        event = _decode_json(payload.decode())
         record = self.record
         if "error" in event and not event.get("choices"):
             record.error = f"server error in stream: {json.dumps(event['error'])[:300]}"
             return
         if _chunk_text(event, self.api):
-            if self.last_text_s is None:
-                record.ttft_ms = (now - record.start_s) * 1000.0
-            else:
-                record.itl_ms.append((now - self.last_text_s) * 1000.0)
-            self.last_text_s = now
-            record.text_chunks += 1
+            self._text(now)
         for choice in event.get("choices") or []:
+            finished = self.finished_choices.get(choice.get("index", 0), False)
             if choice.get("finish_reason"):
                 record.finish_reason = choice["finish_reason"]
+                finished = True
+            self.finished_choices[choice.get("index", 0)] = finished
         usage = event.get("usage")
         if usage:
             self.usage_tokens = usage.get("completion_tokens", self.usage_tokens)
@@ -247,61 +302,65 @@ class _StreamParser:
         record = self.record
         record.end_s = now
         record.output_tokens = self.usage_tokens if self.usage_tokens is not None else record.text_chunks
-        if record.error is None and not self.done:
+        # a stream that ended cleanly with every choice finished is complete without [DONE]
+        complete = self.done or (bool(self.finished_choices) and all(self.finished_choices.values()))
+        if record.error is None and not complete:
             record.error = (
-                f"stream ended without [DONE] after {record.output_tokens} tokens "
+                f"stream ended without [DONE] and without a finish_reason after {record.output_tokens} tokens "
                 "(truncated response: the connection closed early or the engine died)"
             )
 
 
 async def _one_request(
-    client: httpx.AsyncClient, path: str, body: dict, record: RequestRecord, api: str, timeout_s: float
+    session: aiohttp.ClientSession, url: str, body: dict, record: RequestRecord, api: str, timeout_s: float
 ) -> None:
     parser = _StreamParser(record, api)
-
-    async def trace(event: str, info: dict) -> None:
-        if event == "http11.send_request_headers.started":
-            record.start_s = time.monotonic()
-
     try:
-        async with asyncio.timeout(timeout_s), client.stream(
-            "POST", path, json=body, extensions={"trace": trace}
-        ) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")[:300]
-                record.error = f"HTTP {response.status_code} from {path}: {text}"
+        async with asyncio.timeout(timeout_s), session.post(url, json=body, trace_request_ctx=record) as response:
+            if response.status != 200:
+                text = (await response.read()).decode(errors="replace")[:300]
+                record.error = f"HTTP {response.status} from {url}: {text}"
                 record.end_s = time.monotonic()
                 return
-            async for data in response.aiter_raw():
-                parser.feed(data, time.monotonic())
+            read, feed, clock = response.content.readany, parser.feed, time.monotonic
+            while data := await read():
+                feed(data, clock())
     except TimeoutError:
         record.error = f"no complete response within request_timeout_s = {timeout_s:g} s"
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+    except (aiohttp.ClientError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc or 'connection failed'} (the engine may have died)"
     parser.finish(time.monotonic())
 
 
+async def _request_sent(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
+    """aiohttp trace hook: the request (headers with the first body chunk) is being written."""
+    if not hasattr(context, "sent_s") and isinstance(record := context.trace_request_ctx, RequestRecord):
+        context.sent_s = record.start_s = time.monotonic()
+
+
 async def _run_requests(
-    clients: list[httpx.AsyncClient],
+    session: aiohttp.ClientSession,
+    base_url: str,
     model: str,
     workload: WorkloadConfig,
     prompts: list[str],
     on_done: Callable[[RequestRecord], None] | None,
+    length_method: str,
 ) -> list[RequestRecord]:
-    path = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
+    url = base_url.rstrip("/") + ("/v1/chat/completions" if workload.api == "chat" else "/v1/completions")
     records: list[RequestRecord] = []
     next_index = iter(range(len(prompts)))
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker() -> None:
         for index in next_index:
             record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
             records.append(record)
-            body = _payload(workload.api, model, prompts[index], workload.output_len)
-            await _one_request(client, path, body, record, workload.api, workload.request_timeout_s)
+            body = _payload(workload.api, model, prompts[index], workload.output_len, length_method)
+            await _one_request(session, url, body, record, workload.api, workload.request_timeout_s)
             if on_done:
                 on_done(record)
 
-    await asyncio.gather(*(worker(client) for client in clients[: len(prompts)]))
+    await asyncio.gather(*(worker() for _ in range(min(workload.concurrency, len(prompts)))))
     records.sort(key=lambda r: r.index)
     return records
 
@@ -313,6 +372,7 @@ async def run_workload(
     *,
     on_request_done: Callable[[RequestRecord], None] | None = None,
     on_measure_start: Callable[[], object] | None = None,
+    length_method: str = "ignore_eos",
 ) -> Sample:
     """Run ``workload`` against the server at ``base_url`` and return the measured sample.
 
@@ -328,6 +388,7 @@ async def run_workload(
         workload: what to send.
         on_request_done: called after each measured request (progress bars).
         on_measure_start: called once between warm-up and measurement.
+        length_method: how the output length is held fixed (:func:`length_fields`).
 
     Returns:
         The :class:`Sample` (check ``valid``; it is returned even when invalid).
@@ -335,23 +396,19 @@ async def run_workload(
     Raises:
         InvalidSampleError: a warm-up request failed or was truncated (the engine is unusable).
     """
-    # One client (one keep-alive connection) per concurrency slot, as that many independent
-    # users would have: a single shared httpx pool costs time quadratic in its connections.
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    # No per-read timeout (it costs a cancel scope per streamed chunk); _one_request bounds
-    # each whole request by the workload's request_timeout_s instead.
-    timeout = httpx.Timeout(None, connect=10.0)
-    tls = ssl.create_default_context()  # loading CA certificates costs ~25 ms: once, shared
-    async with contextlib.AsyncExitStack() as stack:
-        clients = [
-            await stack.enter_async_context(
-                httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout, verify=tls)
-            )
-            for _ in range(workload.concurrency)
-        ]
+    # One keep-alive connection per concurrency slot, as that many independent users would
+    # have. No per-read timeout; _one_request bounds each whole request by the workload's
+    # request_timeout_s instead. The request-sent time comes from aiohttp's trace signal.
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_request_sent)
+    connector = aiohttp.TCPConnector(limit=workload.concurrency)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0),
+        trace_configs=[trace],
+    ) as session:
         if workload.warmup_requests:
             warm = make_prompts(workload, workload.warmup_requests, stream=1)
-            warm_records = await _run_requests(clients, model, workload, warm, None)
+            warm_records = await _run_requests(session, base_url, model, workload, warm, None, length_method)
             warm_sample = Sample(warm_records, 0.0, 0.0)
             if not warm_sample.valid:
                 warm_sample.raise_if_invalid()
@@ -360,7 +417,7 @@ async def run_workload(
             if asyncio.iscoroutine(result):
                 await result
         prompts = make_prompts(workload, workload.requests, stream=0)
-        records = await _run_requests(clients, model, workload, prompts, on_request_done)
+        records = await _run_requests(session, base_url, model, workload, prompts, on_request_done, length_method)
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)

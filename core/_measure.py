@@ -19,6 +19,7 @@ from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
 from core._hosts import EngineHandle, Host, LocalHost
 from core._loadgen import RequestRecord, Sample, run_workload
+from core._window import WindowMonitor
 
 
 @dataclass
@@ -27,6 +28,9 @@ class TrialResult:
 
     ``ready_s``: launch to ready, seconds. ``pgid``: the engine's process group.
     ``sample``: the client's measurement; ``engine``: what the engine reported.
+    ``window``: what the window monitor saw on the host during the measured requests
+    (``core/_window.py``; ``{"error": ...}`` if it failed).
+    ``length_method``: how the output length was held fixed (core._loadgen.LENGTH_METHODS).
     """
 
     engine_name: str
@@ -39,6 +43,8 @@ class TrialResult:
     ready_s: float
     sample: Sample
     engine: EngineFigures
+    length_method: str = "ignore_eos"
+    window: dict | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict: summary figures plus every request record."""
@@ -51,8 +57,10 @@ class TrialResult:
             "log_path": self.log_path,
             "started_at": self.started_at,
             "ready_s": self.ready_s,
+            "length_method": self.length_method,
             "client": self.sample.summary(),
             "engine": dataclasses.asdict(self.engine),
+            "window": self.window,
             "requests": [
                 {**dataclasses.asdict(r), "e2e_ms": r.e2e_ms, "tpot_ms": r.tpot_ms}
                 for r in self.sample.requests
@@ -129,17 +137,22 @@ async def measure(
             if on_ready:
                 on_ready(ready_s)
             window: dict = {}
+            monitor = WindowMonitor(host, engine.python, process.pgid)
+            await monitor.open()
 
             async def begin() -> None:
                 window["log_offset"] = await process.log_size()
                 window["start"] = await adapter.begin_window(client)
+                await monitor.start()
 
             try:
                 sample = await run_workload(
                     base_url, engine.request_model_name, workload,
-                    on_request_done=on_request_done, on_measure_start=begin,
+                    on_request_done=on_request_done, on_measure_start=begin, length_method=adapter.length_method,
                 )
+                seen = await monitor.stop()
             finally:
+                await monitor.aclose()
                 if process.returncode is not None:
                     raise EngineExitedError(
                         f"engine {engine_name!r} exited with status {process.returncode} during the "
@@ -148,9 +161,9 @@ async def measure(
                     )
             sample.raise_if_invalid()
             log_text = await process.read_log(window["log_offset"]) if adapter.reads_log else ""
-            figures = await adapter.end_window(client, window["start"], sample, log_text)
+            figures = await adapter.end_window(client, window["start"], sample, log_text, mode)
     return TrialResult(
         engine_name=engine_name, mode=mode, workload_name=workload_name, argv=argv,
         pgid=process.pgid, log_path=log_path, started_at=started_at.isoformat(),
-        ready_s=ready_s, sample=sample, engine=figures,
+        ready_s=ready_s, sample=sample, engine=figures, window=seen, length_method=adapter.length_method,
     )

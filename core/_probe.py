@@ -1,11 +1,16 @@
 """Running the host probe (``core/_probe_script.py``) with an engine's Python and reading its JSON.
 
 The probe runs in the engine's own interpreter, so what it reports (torch, NCCL, vllm or
-sglang versions and import paths, ``VLLM_*`` variables) is what the engine itself sees. Locally
-it is started as ``[python, <path of _probe_script.py>, *options]``; a remote host can feed the
-same file on standard input as ``[python, "-", *options]`` (:func:`probe_script_text` and
-:func:`probe_options` give the two halves; :func:`parse_probe_output` reads the answer). The
-argv is a list, never a shell string, so nothing a user typed reaches a shell.
+sglang versions and import paths, ``VLLM_*`` variables) is what the engine itself sees. It is
+always fed on standard input, ``[python, "-", *options]``, on this machine as on a remote host
+(:func:`probe_script_text` and :func:`probe_options` give the two halves;
+:func:`parse_probe_output` reads the answer). Never ``python <path of _probe_script.py>``: that
+puts specperf's ``core/`` first on the engine Python's ``sys.path``, where any of our modules
+named like a standard-library one shadows it (``core/_bisect.py`` stood in for the standard
+``_bisect`` this way, running specperf's code inside the engine's Python). With ``-`` the first
+``sys.path`` entry is the working directory, as for the engine's own ``python -m``. Not ``-I``:
+that would also drop ``PYTHONPATH``, which the engine's environment may set. The argv is a list,
+never a shell string, so nothing a user typed reaches a shell.
 
 A snapshot is the probe's JSON document (its schema is in ``core/_probe_script.py``'s
 docstring) plus ``wall_s``: seconds from starting the interpreter to having parsed its answer.
@@ -41,7 +46,8 @@ def probe_script_text() -> str:
     return PROBE_SCRIPT.read_text()
 
 
-def _own_pynvml_dir() -> str | None:
+def own_pynvml_dir() -> str | None:
+    """The folder of specperf's own ``pynvml.py`` (a fallback for an engine Python without one)."""
     spec = importlib.util.find_spec("pynvml")
     if spec is None or not spec.origin:
         return None
@@ -103,10 +109,10 @@ def parse_probe_output(stdout: str, source: str) -> dict:
 
 
 def _argv(python: str, cheap: bool, import_torch: bool, repo: str | None, sample_s: float | None,
-          stdin_script: bool) -> list[str]:
-    options = probe_options(cheap=cheap, import_torch=import_torch, repo=repo,
-                            pynvml_dir=_own_pynvml_dir(), sample_s=sample_s)
-    return [python, "-" if stdin_script else str(PROBE_SCRIPT), *options]
+          pynvml_dir: str | None) -> list[str]:
+    options = probe_options(cheap=cheap, import_torch=import_torch, repo=repo, pynvml_dir=pynvml_dir,
+                            sample_s=sample_s)
+    return [python, "-", *options]
 
 
 def _failure(python: str, exc: OSError) -> ProbeError:
@@ -129,7 +135,7 @@ def _finish(python: str, returncode: int, stdout: str, stderr: str, started: flo
 
 def probe(python: str = sys.executable, *, cheap: bool = False, import_torch: bool = True,
           repo: str | None = None, env: Mapping[str, str] | None = None, cwd: str | None = None,
-          timeout_s: float = 120.0, sample_s: float | None = None, stdin_script: bool = False) -> dict:
+          timeout_s: float = 120.0, sample_s: float | None = None) -> dict:
     """Run the probe with ``python`` on this machine and return its snapshot.
 
     Args:
@@ -140,10 +146,9 @@ def probe(python: str = sys.executable, *, cheap: bool = False, import_torch: bo
         env: variables added to this process's environment for the probe, as the engine gets
             them (the engine's ``env`` from the config), so ``VLLM_*`` and the like are recorded.
         cwd: working directory (the engine's); first on the probe's ``sys.path``, as with
-            ``python -m``.
+            ``python -m`` (the script is fed on standard input, see the module docstring).
         timeout_s: seconds before the probe is killed.
         sample_s: see :func:`probe_options`.
-        stdin_script: feed the script on standard input (``python -``), as over SSH.
 
     Returns:
         The snapshot dict (schema in ``core/_probe_script.py``) with ``wall_s`` added.
@@ -152,14 +157,11 @@ def probe(python: str = sys.executable, *, cheap: bool = False, import_torch: bo
         ProbeError: ``python`` missing or not executable, the probe timed out, exited non-zero,
             or printed something other than a snapshot.
     """
-    argv = _argv(python, cheap, import_torch, repo, sample_s, stdin_script)
+    argv = _argv(python, cheap, import_torch, repo, sample_s, own_pynvml_dir())
     started = time.monotonic()
     try:
-        result = subprocess.run(
-            argv, input=probe_script_text() if stdin_script else None, capture_output=True, text=True,
-            env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout_s,
-            stdin=None if stdin_script else subprocess.DEVNULL,
-        )
+        result = subprocess.run(argv, input=probe_script_text(), capture_output=True, text=True,
+                                env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise ProbeError(f"probe with {python} did not finish within {timeout_s:g} s") from None
     except OSError as exc:
@@ -184,8 +186,8 @@ async def probe_async(python: str = sys.executable, *, cheap: bool = False, impo
                       timeout_s: float = 120.0, sample_s: float | None = None,
                       host: Host | None = None) -> dict:
     """:func:`probe` on ``host`` (default: this machine) for event-loop code: the same
-    arguments, result and errors, without blocking the loop. On a remote host the script is
-    fed on standard input (``python -``), so nothing needs installing there.
+    arguments, result and errors, without blocking the loop. The script is fed on standard input
+    (``python -``), so nothing needs installing on a remote host.
 
     Raises:
         ProbeError: as :func:`probe`.
@@ -193,12 +195,10 @@ async def probe_async(python: str = sys.executable, *, cheap: bool = False, impo
     """
     host = host or LocalHost("local", HostConfig(), "")
     remote = not host.is_local
-    options = probe_options(cheap=cheap, import_torch=import_torch, repo=repo,
-                            pynvml_dir=None if remote else _own_pynvml_dir(), sample_s=sample_s)
-    argv = [python, "-" if remote else str(PROBE_SCRIPT), *options]
+    argv = _argv(python, cheap, import_torch, repo, sample_s, None if remote else own_pynvml_dir())
     started = time.monotonic()
     try:
-        result = await host.run(argv, input=probe_script_text().encode() if remote else None, cwd=cwd,
+        result = await host.run(argv, input=probe_script_text().encode(), cwd=cwd,
                                 env=dict(env or {}), timeout_s=timeout_s)
     except CommandTimeout:
         raise ProbeError(f"probe with {python} did not finish within {timeout_s:g} s") from None

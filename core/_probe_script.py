@@ -1,7 +1,8 @@
 """specperf's host probe: prints one JSON document describing this machine and this Python.
 
-Self-contained on purpose: it runs with the *engine's* Python (not specperf's), locally as
-``python _probe_script.py [options]`` or piped through SSH as ``python - [options] < script``.
+Self-contained on purpose: it runs with the *engine's* Python (not specperf's), fed on standard
+input as ``python - [options] < script`` (locally and through SSH: never by its path, which would
+put specperf's ``core/`` on that Python's ``sys.path``; see ``core/_probe.py``).
 It uses the standard library only, plus ``pynvml`` (the ``nvidia-ml-py`` distribution) when it
 can be imported; it runs on Python 3.8 and later. It never imports the engine itself (vllm,
 sglang): versions come from package metadata and import paths from ``importlib.util.find_spec``,
@@ -28,7 +29,8 @@ Output (stdout, one JSON object; anything the imported modules print goes to std
          {available: true, driver_version, cuda_driver_version ("13.0"), nvml_version,
           pynvml_version, pynvml_source ("engine" | "specperf"), device_count,
           devices: [ per GPU, NVML index order:
-            index, name, uuid, pci_bus_id, vbios_version, pstate (0..15),
+            index, name, brand (NVML product brand: "GEFORCE", "TESLA", "NVIDIA_RTX", ...),
+            uuid, pci_bus_id, vbios_version, pstate (0..15),
             sm_clock_mhz, sm_clock_max_mhz, sm_app_clock_mhz, sm_default_app_clock_mhz,
             mem_clock_mhz, mem_clock_max_mhz, mem_app_clock_mhz, graphics_clock_mhz,
             clock_event_reasons (int bit mask), clock_event_reason_names ([str]),
@@ -52,8 +54,10 @@ Output (stdout, one JSON object; anything the imported modules print goes to std
                       reason?},
                packages: {torch|vllm|sglang|sgl_kernel|flashinfer|triton|transformers:
                           {version, path, distribution, version_source}},
-               env: {NAME: value} for NCCL_*, CUDA_*, SGLANG_*, VLLM_*, TORCH_*, PYTORCH_*
-                    (values of names that contain KEY, TOKEN, SECRET or PASSWORD: "<redacted>")}
+               env: {NAME: value}, the whole environment but session bookkeeping (PWD, OLDPWD,
+                    SHLVL, _, SSH_CLIENT, SSH_CONNECTION, SSH_TTY, SSH_AUTH_SOCK, ...)
+                    (values of names that contain KEY, TOKEN, SECRET, PASSWORD, PASSWD,
+                    CREDENTIAL, PRIVATE or SIGNATURE: "<redacted>"; a URL's password too)}
               (cheap: env only)
     system: {hostname, kernel, os, cpu_model, cpu_count, cpu_affinity_count, cpu_governor,
              transparent_hugepage, loadavg_1m, loadavg_5m, loadavg_15m, mem_total_mib,
@@ -93,8 +97,14 @@ DISTRIBUTIONS = {
     "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"),
     "transformers": ("transformers",),
 }
-ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "VLLM_", "TORCH_", "PYTORCH_")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+# Names that look secret (cloud credentials included: AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+# GOOGLE_APPLICATION_CREDENTIALS, AZURE_CLIENT_SECRET): the value is kept as "<redacted>".
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "SIGNATURE")
+# The shell's and the login session's bookkeeping (where and how deep a shell was, which SSH
+# connection and port): they change with every session, not with what the engine runs with
+SESSION_VARIABLES = frozenset(("PWD", "OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+                               "SSH_AUTH_SOCK", "XDG_SESSION_ID", "INVOCATION_ID", "JOURNAL_STREAM"))
+_URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)[^@/\s]+@")
 # NVML clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*
 CLOCK_EVENT_REASONS = (
     (0x1, "gpu_idle"),
@@ -316,6 +326,14 @@ def _gpu_readings(nv, source, cheap):
     return out
 
 
+def brand_name(nv, code):
+    """NVML's product brand code as its constant's name: 5 -> "GEFORCE", 2 -> "TESLA"."""
+    for attr in dir(nv):
+        if attr.startswith("NVML_BRAND_") and attr != "NVML_BRAND_COUNT" and getattr(nv, attr) == code:
+            return attr[len("NVML_BRAND_"):]
+    return str(code)
+
+
 def _device(nv, index, cheap):
     unavailable = {}
     get = _getter(nv, unavailable)
@@ -326,6 +344,8 @@ def _device(nv, index, cheap):
         return {"index": index, "error": "NVMLError_%s" % _nvml_error_name(exc)}
     d = {"index": index}
     d["name"] = _text(get("name", nv.nvmlDeviceGetName, h))
+    brand = get("brand", nv.nvmlDeviceGetBrand, h)
+    d["brand"] = None if brand is None else brand_name(nv, brand)
     d["uuid"] = _text(get("uuid", nv.nvmlDeviceGetUUID, h))
     pci = get("pci_bus_id", nv.nvmlDeviceGetPciInfo, h)
     d["pci_bus_id"] = _text(pci.busId) if pci is not None else None
@@ -580,13 +600,15 @@ def _nccl_from_library():
 
 
 def environment():
-    """The ``NCCL_*``, ``CUDA_*``, ``SGLANG_*``, ``VLLM_*``, ``TORCH_*``, ``PYTORCH_*`` variables,
-    with secret-looking values redacted."""
+    """The whole environment as the engine sees it, shell and session bookkeeping (``PWD``,
+    ``SHLVL``, ``SSH_CONNECTION``, ...) left out; the value of a secret-looking name is "<redacted>" (present, not shown), and a
+    password inside a URL value (``postgresql://user:pw@host``) is redacted in place."""
     out = {}
     for name in sorted(os.environ):
-        if name.startswith(ENV_PREFIXES):
-            secret = any(word in name.upper() for word in SECRET_WORDS)
-            out[name] = "<redacted>" if secret else os.environ[name]
+        if name in SESSION_VARIABLES:
+            continue
+        secret = any(word in name.upper() for word in SECRET_WORDS)
+        out[name] = "<redacted>" if secret else _URL_PASSWORD.sub(r"\1<redacted>@", os.environ[name])
     return out
 
 

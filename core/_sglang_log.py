@@ -9,6 +9,10 @@ Shapes seen across versions (FIELD_NOTES section 2)::
 
 Every field is optional and found by its label, so new or missing fields do not break the
 parser. ``accept len`` includes the bonus token.
+
+With several scheduler ranks (data-parallel attention, pipeline stages) every rank prints its
+own line per interval, tagged in the prefix: ``[2026-01-05 08:00:01 DP1 TP1] Decode batch...``
+or ``[DP0 TP0 EP0] ...``. The rank is the set of ``DP``/``TP``/``PP``/``EP`` tags of that prefix.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 _LINE = re.compile(r"Decode batch(?:\s*\[(?P<iteration>\d+)\])?[.,]")
+_RANK_TAG = re.compile(r"\b(?:DP|TP|PP|EP)\d+\b")
 _FIELDS = {
     "running_req": (re.compile(r"#running-req:\s*(\d+)"), int),
     "num_tokens": (re.compile(r"#token:\s*(\d+)"), int),
@@ -31,9 +36,13 @@ _FIELDS = {
 
 @dataclass(frozen=True)
 class DecodeLogLine:
-    """One parsed 'Decode batch' line; a field the line lacks is ``None``."""
+    """One parsed 'Decode batch' line; a field the line lacks is ``None``.
+
+    ``rank``: the scheduler rank's tags from the line's prefix (``"DP1 TP1"``), ``""`` untagged.
+    """
 
     iteration: int | None = None
+    rank: str = ""
     running_req: int | None = None
     num_tokens: int | None = None
     token_usage: float | None = None
@@ -56,7 +65,8 @@ def parse_decode_line(line: str) -> DecodeLogLine | None:
         if match:
             values[name] = convert(match.group(1))
     iteration = head.group("iteration")
-    return DecodeLogLine(iteration=int(iteration) if iteration else None, **values)
+    rank = " ".join(_RANK_TAG.findall(line[:head.start()]))
+    return DecodeLogLine(iteration=int(iteration) if iteration else None, rank=rank, **values)
 
 
 def decode_lines(text: str) -> list[DecodeLogLine]:
@@ -65,18 +75,32 @@ def decode_lines(text: str) -> list[DecodeLogLine]:
 
 
 def window_figures(text: str) -> tuple[float | None, float | None, int]:
-    """Mean acceptance length and mean gen throughput (tok/s) over one measured window.
+    """Acceptance length and gen throughput (tok/s) over one measured window.
 
-    ``text`` is the log written during the window. The window's first decode line is
-    dropped: it covers the idle gap before the measured requests and reports a near-zero
-    throughput. Each line covers the same number of decode steps, so a plain mean over lines
-    is the per-step mean.
+    ``text`` is the log written during the window. Each rank's first decode line is dropped:
+    it covers the idle gap before the measured requests and reports a near-zero throughput.
+    The n-th line of every rank makes interval n (ranks log on the same decode-step count);
+    intervals that not every rank reached are left out. Per interval, the ranks' throughputs
+    are summed (the engine's total) and their acceptance lengths averaged weighted by each
+    rank's throughput (its share of the tokens). Every interval covers the same number of
+    decode steps, so a plain mean over intervals is the per-step mean.
 
     Returns:
         (acceptance length or None, gen tok/s or None, number of lines used).
     """
-    lines = decode_lines(text)[1:]
-    accept = [x.accept_len for x in lines if x.accept_len is not None]
-    tput = [x.gen_tok_s for x in lines if x.gen_tok_s is not None]
+    by_rank: dict[str, list[DecodeLogLine]] = {}
+    for line in decode_lines(text):
+        by_rank.setdefault(line.rank, []).append(line)
+    ranks = [lines[1:] for lines in by_rank.values()]
+    intervals = list(zip(*ranks)) if ranks else []
+    accept, tput = [], []
+    for interval in intervals:
+        rates = [x.gen_tok_s for x in interval if x.gen_tok_s is not None]
+        if len(rates) == len(interval):
+            tput.append(sum(rates))
+        pairs = [(x.accept_len, x.gen_tok_s) for x in interval if x.accept_len is not None]
+        if len(pairs) == len(interval):
+            weights = [t for _, t in pairs] if all(t for _, t in pairs) else [1.0] * len(pairs)
+            accept.append(sum(a * w for (a, _), w in zip(pairs, weights)) / sum(weights))
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    return mean(accept), mean(tput), len(lines)
+    return mean(accept), mean(tput), len(intervals) * len(ranks)

@@ -54,11 +54,14 @@ class ArmTrial:
 
     ``output_tok_s``: client output tok/s. ``acceptance_length``: engine figure, ``None``
     without speculation. ``tpot_ms``: mean TPOT of the trial's requests.
+    ``acceptance_missing``: why the engine could not give acceptance length under
+    speculation (the counter it lacks), else ``None``.
     """
 
     output_tok_s: float
     acceptance_length: float | None = None
     tpot_ms: float | None = None
+    acceptance_missing: str | None = None
 
     @property
     def step_ms(self) -> float | None:

@@ -31,6 +31,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+
 from core import _git
 from core._config import EngineConfig
 from core._hosts import Host
@@ -223,27 +226,56 @@ def parse_diff(text: str) -> list[_FileDiff]:
 
 # --- dependency pins -------------------------------------------------------------------------
 
-# a requirement line: name, optional extras, optional operator and version ("torch==2.9.1",)
-_REQ = re.compile(r"""^\s*["']?([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*"""
-                  r"""(?:(===|==|>=|<=|~=|!=|<|>|@)\s*([^"',;\s]+))?""")
+# A pin where it is not a whole line: a requirement with a version operator or a URL inside a
+# shell command, a TOML array or a Python list (``RUN pip install --no-deps torch==2.9.1 && ...``)
+_PIN_WORD = re.compile(r"""(?<![\w.=/-])[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]\s]*\])?"""
+                       r"""\s*(?:===|==|>=|<=|~=|!=|<|>)\s*[^\s"',;\\&|)]+""")
+_QUOTED = re.compile(r""""([^"\n]+)"|'([^'\n]+)'""")
+# a version variable: ``ARG TORCH_VERSION=2.9.1``, ``ENV FLASHINFER_VERSION 0.5.3``, ``NCCL_VERSION="2.27.3"``
+_VERSION_VARIABLE = re.compile(r"""^\s*(?:ARG\s+|ENV\s+|export\s+)?([A-Za-z][A-Za-z0-9_]*?)_VERSION"""
+                               r"""(?:\s*=\s*|\s+)["']?([0-9][^\s"']*)["']?\s*$""")
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _requirement_pins(line: str) -> dict[str, str]:
+    """``{normalized name: pin}`` of every requirement string in one line of a dependency
+    file (parsed with ``packaging.requirements``): the whole line (requirements files),
+    each quoted string (TOML arrays, ``setup.py`` lists; a bare quoted name is "unpinned"),
+    and each ``name<op>version`` word (``pip install`` in a Dockerfile, flags and ``&&``
+    around it)."""
+    text = line.strip().removesuffix("\\").strip()
+    if not text or text.startswith("#"):
+        return {}
+    text = re.sub(r"\s+#.*$", "", text)
+    candidates = [(text, False)]
+    candidates += [(q or r, True) for q, r in _QUOTED.findall(text)]
+    candidates += [(m.group(0), False) for m in _PIN_WORD.finditer(text)]
+    found: dict[str, str] = {}
+    for candidate, quoted in candidates:
+        try:
+            requirement = Requirement(candidate.strip())
+        except InvalidRequirement:
+            continue
+        pin = str(requirement.specifier) or (f"@ {requirement.url}" if requirement.url else "")
+        if pin or quoted:
+            found.setdefault(canonicalize_name(requirement.name), pin or "unpinned")
+    if variable := _VERSION_VARIABLE.match(text):
+        found.setdefault(canonicalize_name(variable[1].replace("_", "-")), f"=={variable[2]}")
+    return found
 
 
-def _pins(lines: list[str], watched: set[str]) -> dict[str, str]:
+def _pins(lines: list[str], watched: set[NormalizedName]) -> dict[str, str]:
     found = {}
     for line in lines:
-        m = _REQ.match(line)
-        if m and _norm(m[1]) in watched and (m[2] or '"' in line or "'" in line):
-            found[_norm(m[1])] = f"{m[2] or ''}{m[3] or ''}" or "unpinned"
+        for name, pin in _requirement_pins(line).items():
+            if name in watched:
+                found[name] = pin
     return found
 
 
 def dependency_changes(hunks: list[_Hunk], packages: list[str]) -> list[str]:
-    """Watched packages whose requirement lines changed: ``["torch ==2.8.0 -> ==2.9.1", ...]``."""
-    watched = {_norm(p) for p in packages}
+    """Watched packages whose pins changed in a dependency file, wherever the pin stands on its
+    line (see :func:`_requirement_pins`): ``["torch ==2.8.0 -> ==2.9.1", ...]``."""
+    watched = {canonicalize_name(p) for p in packages}
     before = _pins([x for h in hunks for x in h.removed], watched)
     after = _pins([x for h in hunks for x in h.added], watched)
     out = []
@@ -269,6 +301,78 @@ def _flag(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
+def _truth_text(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return True if text in _TRUE else False if text in {"0", "false", "no", "off", ""} else None
+    return None
+
+
+def _constant(node: ast.AST | None) -> bool | None:
+    return _truth_text(node.value) if isinstance(node, ast.Constant) else None
+
+
+def _declared_value(node: ast.stmt | ast.expr, name: str) -> bool | None:
+    """The default ``node`` declares for ``name``, or ``None`` when it declares none."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if any((t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else None) == name
+               for t in targets):
+            value = node.value
+            if isinstance(value, ast.Call):  # EnvBool(True), EnvBool(default=True), field(default=True)
+                given = value.args[:1] + [k.value for k in value.keywords if k.arg == "default"]
+                return _constant(given[0]) if given else None
+            return _constant(value)
+    if isinstance(node, ast.Call) and len(node.args) >= 2:  # os.getenv("NAME", "1"), get_bool_env_var("NAME", "true")
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and first.value == name:
+            return _constant(node.args[1])
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str) and node.args[0].value.startswith("--") \
+            and node.args[0].value.lstrip("-").replace("-", "_") == name:  # parser.add_argument("--name", ...)
+        keywords = {k.arg: k.value for k in node.keywords}
+        if "default" in keywords:
+            return _constant(keywords["default"])
+        action = keywords.get("action")
+        if isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
+            return action.value == "store_false"
+    return None
+
+
+def declared_default(gate: TriageGate, text: str | None) -> tuple[bool, str] | None:
+    """The gate's default as the engine's source ``text`` declares it (see
+    :class:`core.TriageDefault`): ``(on, "NAME = value")``, or ``None`` when ``text`` is
+    absent, does not parse or declares none of the gate's names."""
+    tree = _parse(text) if text else None
+    if tree is None:
+        return None
+    names = [(n, True) for n in gate.env + gate.markers] + [(n, False) for n in gate.inverse_markers]
+    for node in ast.walk(tree):
+        for name, polarity in names:
+            value = _declared_value(node, name) if isinstance(node, (ast.stmt, ast.expr)) else None
+            if value is not None:
+                return value == polarity, f"{name} = {value}"
+    return None
+
+
+def _default_on(gate: TriageGate, text: str | None) -> tuple[bool | None, str]:
+    """(on by default or ``None`` when unknown, what says so) from the commit's copy of the
+    gate's default file."""
+    assert gate.default is not None
+    where = PurePosixPath(gate.default.path).name
+    if gate.default.contains:
+        on = text is not None and any(word in text for word in gate.default.contains)
+        return on, f"{where} {'has' if on else 'lacks'} {gate.default.contains[0]}"
+    declared = declared_default(gate, text)
+    if declared is None:
+        return None, f"{where} declares no default"
+    return declared[0], f"{where}: {declared[1]}"
+
+
 def gate_state(gate: TriageGate, args: list[str], env: dict[str, str], default_text: str | None) -> GateState:
     """The state of ``gate`` for launch arguments ``args`` and environment ``env``;
     ``default_text`` is the commit's copy of ``gate.default.path`` (``None`` if absent)."""
@@ -285,10 +389,11 @@ def gate_state(gate: TriageGate, args: list[str], env: dict[str, str], default_t
             on = env[name].strip().lower() in _TRUE
             return GateState(gate.name, on, f"env {name}={env[name]}")
     if gate.default is not None:
-        on = default_text is not None and any(word in default_text for word in gate.default.contains)
-        where = f"{PurePosixPath(gate.default.path).name} {'has' if on else 'lacks'} {gate.default.contains[0]}"
-        given = "" if on or not gate.enable_args else f" and no {' or '.join(gate.enable_args)} is given"
-        return GateState(gate.name, on, f"{'on' if on else 'off'} by default at this commit ({where}){given}")
+        declared, where = _default_on(gate, default_text)
+        if declared is not None:
+            given = "" if declared or not gate.enable_args else f" and no {' or '.join(gate.enable_args)} is given"
+            return GateState(gate.name, declared,
+                             f"{'on' if declared else 'off'} by default at this commit ({where}){given}")
     turn = gate.disable_args if gate.default_on else gate.enable_args + gate.env
     return GateState(gate.name, gate.default_on, f"{'on' if gate.default_on else 'off'} by default"
                      + (f" (no {' or '.join(turn)} given)" if turn else ""))
@@ -298,8 +403,10 @@ def default_flip(gate: TriageGate, before: str | None, after: str | None) -> str
     """``"turns X on by default"`` (or off) when the gate's default file changes its default."""
     if gate.default is None:
         return None
-    was, now = (text is not None and any(w in text for w in gate.default.contains) for text in (before, after))
-    return None if was == now else f"turns {gate.name} {'on' if now else 'off'} by default"
+    was, now = (_default_on(gate, text)[0] for text in (before, after))
+    if was is None or now is None or was == now:
+        return None
+    return f"turns {gate.name} {'on' if now else 'off'} by default"
 
 
 def _names(node: ast.AST) -> set[str]:

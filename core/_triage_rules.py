@@ -21,12 +21,18 @@ class TriageArea(_Strict):
 
 
 class TriageDefault(_Strict):
-    """How to tell a gate's default at one commit: it is on by default when the file
-    ``path`` at that commit contains any of ``contains`` (for example the
-    ``--disable-piecewise-cuda-graph`` flag exists only once the feature is on by default)."""
+    """Where a gate's default is declared, read at each commit from the file ``path``.
+
+    With ``contains``: on by default when the file contains any of them (for example the
+    ``--disable-piecewise-cuda-graph`` flag exists only once the feature is on by default).
+    Without: the default the file declares for one of the gate's ``env`` names or markers
+    (``inverse_markers`` count the other way), parsed with :mod:`ast`: an env registry
+    (``SGLANG_ENABLE_SPEC_V2 = EnvBool(True)``, ``os.getenv("VLLM_X", "1")``), a dataclass
+    field (``disable_custom_all_reduce: bool = False``) or an argparse flag
+    (``action="store_true"``, ``default=...``)."""
 
     path: str
-    contains: list[str]
+    contains: list[str] = Field(default_factory=list)
 
 
 class TriageGate(_Strict):
@@ -114,7 +120,8 @@ SGLANG_RULES = TriageRules(
                    default=TriageDefault(path="python/sglang/srt/server_args.py",
                                          contains=["--disable-piecewise-cuda-graph", "disable_piecewise_cuda_graph"])),
         TriageGate(name="spec v2 (overlap scheduler for speculative decoding)",
-                   markers=["SGLANG_ENABLE_SPEC_V2", "enable_spec_v2"], env=["SGLANG_ENABLE_SPEC_V2"]),
+                   markers=["SGLANG_ENABLE_SPEC_V2", "enable_spec_v2"], env=["SGLANG_ENABLE_SPEC_V2"],
+                   default=TriageDefault(path="python/sglang/srt/environ.py")),
         TriageGate(name="speculative decoding",
                    markers=["is_eagle", "is_eagle3", "is_standalone", "is_ngram", "speculative_algorithm"],
                    inverse_markers=["spec_algorithm.is_none", "speculative_algorithm.is_none"],
@@ -153,10 +160,10 @@ VLLM_RULES = TriageRules(
     dependency_packages=_PINNED,
     gates=[
         TriageGate(name="CUDA graphs", inverse_markers=["enforce_eager"], disable_args=["--enforce-eager"],
-                   default_on=True),
+                   default_on=True, default=TriageDefault(path="vllm/config/model.py")),
         TriageGate(name="custom all-reduce", markers=["use_custom_allreduce"],
                    inverse_markers=["disable_custom_all_reduce"], disable_args=["--disable-custom-all-reduce"],
-                   default_on=True),
+                   default_on=True, default=TriageDefault(path="vllm/config/parallel.py")),
         TriageGate(name="speculative decoding", markers=["speculative_config", "use_spec_decode"],
                    enable_args=["--speculative-config", "--speculative_config"]),
     ],

@@ -62,6 +62,7 @@ from storage._store import (
     RunStore,
     StoredRun,
     abandoned_runs,
+    latest_calibration,
     list_runs,
     load_run,
     mark_abandoned,
@@ -70,6 +71,7 @@ from storage._store import (
 __all__ = [
     "open_database", "default_url", "StorageError",
     "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
+    "latest_calibration",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series",
     "enqueue", "claim_next", "get_job", "job_for_run", "update_job", "cancel_queued", "list_jobs",
     "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",

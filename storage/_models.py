@@ -20,7 +20,8 @@ def utcnow() -> dt.datetime:
 
 
 class Run(SQLModel, table=True):
-    """One compare (later: bisect, watch). ``status``: running, done, failed, interrupted."""
+    """One compare (later: bisect, watch). ``status``: running, done, failed, refused (the host
+    was busy; nothing launched, ``reason`` says why), interrupted."""
 
     __tablename__ = "runs"
     id: int | None = Field(default=None, primary_key=True)

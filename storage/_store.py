@@ -146,8 +146,8 @@ class RunStore(CompareObserver):
             session.commit()
 
     def snapshot(self, phase: str, data: dict, seq: int | None) -> None:
-        """Store an environment snapshot: ``arm-base``/``arm-head`` (full, per arm) or
-        ``before``/``after`` a launch (cheap; linked to that trial once it exists)."""
+        """Store an environment snapshot: ``arm-base``/``arm-head`` (full, per arm) or the
+        ``window`` monitor's document of a launch (linked to that trial)."""
         with Session(self.db) as session:
             row = EnvSnapshot(run_id=self.run_id, trial_id=self._trials.get(seq), phase=phase, data=data)
             session.add(row)
@@ -248,6 +248,15 @@ def list_runs(db: Engine, engine_name: str | None = None, limit: int = 20) -> li
         return [(run, list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run.id)))) for run in runs]
 
 
+
+
+def latest_calibration(db: Engine, engine_name: str, host: str, workload_name: str) -> Run | None:
+    """The newest finished calibration run (``specperf calibrate``: an A/A compare whose
+    ``settings["calibration"]`` is set) of this engine, host and workload, or ``None``."""
+    with Session(db) as session:
+        query = (select(Run).where(Run.engine_name == engine_name, Run.host == host, Run.workload_name == workload_name,
+                                   Run.status == "done", Run.base_sha == Run.head_sha).order_by(Run.id.desc()))
+        return next((run for run in session.exec(query) if run.settings.get("calibration")), None)
 
 
 def abandoned_runs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[tuple[Run, list[Trial]]]:

@@ -28,7 +28,7 @@ def write_config(tmp_path: Path, repo_path: Path, port: int, api_url: str, mode:
         f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {port}\n'
         f'env = {{ PYTHONPATH = "{ROOT}" }}\nready_timeout_s = 20\nstop_grace_s = 3\n'
         '[engines.fake.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
-        f'[compare]\nmin_trials = {trials}\nmax_trials = {trials}\ncooldown_s = 0\nmodes = ["baseline", "eagle3"]\n'
+        f'[compare]\nmin_trials = {trials}\nmax_trials = {trials}\ncooldown_s = 0\non_disturbed = "keep"\nmodes = ["baseline", "eagle3"]\n'
         f'[workloads.default]\n{workload}'
         + ('[storage]\n' if db_url or lease_s else "") + (f'url = "{db_url}"\n' if db_url else "")
         + (f'owner_lease_s = {lease_s}\n' if lease_s else "")

@@ -14,6 +14,9 @@ second where a full web framework would fall behind.
 Faults for tests: ``--truncate-at N`` ends each stream after N tokens with
 ``finish_reason=stop``; ``--drop-at N`` closes the connection after N tokens without
 ``[DONE]``; ``--exit-at N`` kills the whole server process after N tokens in total.
+Other servers' manners: ``--reject-fields ignore_eos,min_tokens`` (HTTP 422, as
+``transformers serve``), ``--eos-at N`` (the model stops at N tokens unless the length is
+held), ``--no-done`` (streams end cleanly without ``[DONE]``).
 
 Run: ``python -m tests.exact_rate_server --port 0 --itl-ms 10``; it prints
 ``listening on PORT`` once ready.
@@ -36,7 +39,8 @@ def truth_output_tok_s(records: list[dict]) -> float:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = ExactRateServer(args.ttft_ms, args.itl_ms, args.truncate_at, args.drop_at, args.exit_at)
+    server = ExactRateServer(args.ttft_ms, args.itl_ms, args.truncate_at, args.drop_at, args.exit_at,
+                             tuple(filter(None, args.reject_fields.split(","))), args.eos_at, args.no_done)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, backlog=1024)
     print(f"listening on {listener.sockets[0].getsockname()[1]}", flush=True)
     await listener.serve_forever()
@@ -50,6 +54,9 @@ def main() -> None:
     parser.add_argument("--truncate-at", type=int)
     parser.add_argument("--drop-at", type=int)
     parser.add_argument("--exit-at", type=int)
+    parser.add_argument("--reject-fields", default="")
+    parser.add_argument("--eos-at", type=int)
+    parser.add_argument("--no-done", action="store_true")
     try:
         import uvloop
     except ImportError:

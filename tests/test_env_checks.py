@@ -20,7 +20,7 @@ def reading(name: str) -> dict:
     return json.loads((FIXTURES / f"h200_{name}.json").read_text())
 
 
-def edited(name: str, **device_changes) -> dict:
+def edited(name: str, /, **device_changes) -> dict:
     """A deep copy of a real reading with GPU0's fields changed."""
     snapshot = copy.deepcopy(reading(name))
     snapshot["gpu"]["devices"][0].update(device_changes)
@@ -49,7 +49,7 @@ def test_recorded_readings_are_what_the_tests_assume():
 def test_idle_h200_passes_everything():
     checks = run_checks(reading("idle"), under_load=False)
     assert [c.name for c in checks] == [
-        "gpu", "p-state", "clock events", "pcie link", "foreign processes", "ecc", "persistence mode", "mig",
+        "gpu", "p-state", "power limit", "clock events", "pcie link", "foreign processes", "ecc", "persistence mode", "mig",
         "gpu uniformity", "temperature", "cpu governor", "busy processes", "memory"]
     assert {c.status for c in checks} == {CheckStatus.PASS}, [c for c in checks if c.status is not CheckStatus.PASS]
     assert only(checks, "gpu").line == "1 x NVIDIA H200; driver 580.159.04, CUDA 13.0"
@@ -239,3 +239,40 @@ def test_check_to_dict_and_bad_input():
     with pytest.raises(ValueError, match="needs a snapshot from core.probe"):
         run_checks({"gpu": {}}, under_load=False)
     assert worst([]) is CheckStatus.PASS
+
+
+def test_power_limit_below_default_warns_with_both_numbers():
+    """Issue 15 item 6: a persistent nvidia-smi -pl 500 on a 700 W H200 passed every check."""
+    checks = run_checks(edited("idle", power_limit_w=500.0), under_load=False)
+    cap = only(checks, "power limit")
+    assert cap.status is CheckStatus.WARN and cap.gpu == 0
+    assert cap.line.startswith("GPU0 power limit 500 W, below its default 700 W")
+    assert "nvidia-smi -i 0 -pl 700" in cap.line
+    # the same cap under load, and on a second GPU of two, with the default at a non-round value
+    load = edited("load", power_limit_w=350.0, power_default_limit_w=450.0)
+    assert only(run_checks(load, under_load=True), "power limit").line.startswith(
+        "GPU0 power limit 350 W, below its default 450 W")
+    two = copy.deepcopy(reading("idle"))
+    second = {**copy.deepcopy(two["gpu"]["devices"][0]), "index": 1, "power_limit_w": 600.0}
+    two["gpu"]["devices"].append(second)
+    rows = by_name(run_checks(two, under_load=False), "power limit")
+    assert [(r.gpu, r.status) for r in rows] == [(1, CheckStatus.WARN)]
+    # a limit raised above default, or reported in milliwatt rounding, is not a cap
+    assert only(run_checks(edited("idle", power_limit_w=699.5), under_load=False), "power limit").status \
+        is CheckStatus.PASS
+
+
+@pytest.mark.parametrize(("model", "brand", "pstate", "status"), [
+    ("NVIDIA GeForce RTX 4090", "GEFORCE_RTX", 2, CheckStatus.PASS),  # CUDA compute runs in P2 there
+    ("NVIDIA GeForce RTX 3090", None, 2, CheckStatus.PASS),  # no brand read: judged by the name
+    ("NVIDIA TITAN RTX", "TITAN_RTX", 2, CheckStatus.PASS),
+    ("NVIDIA GeForce RTX 5090", "GEFORCE", 3, CheckStatus.FAIL),
+    ("NVIDIA H200", "NVIDIA", 2, CheckStatus.WARN),  # a data-centre card in P2 under load is held back
+    ("NVIDIA RTX 6000 Ada Generation", "NVIDIA_RTX", 2, CheckStatus.WARN),
+])
+def test_pstate_is_judged_against_the_product_line(model, brand, pstate, status):
+    checks = run_checks(edited("load", name=model, brand=brand, pstate=pstate, processes=[]), under_load=True)
+    row = only(checks, "p-state")
+    assert row.status is status, row.line
+    if status is CheckStatus.FAIL:
+        assert row.line.endswith("P0-P2 expected on a GeForce/TITAN card (SM 1,455 MHz)")

@@ -71,6 +71,25 @@ def test_changes_come_in_throughput_order():
                                      "before": "0.11.0", "after": "0.11.1", "line": "vllm 0.11.0 -> 0.11.1"}
 
 
+def test_any_engine_variable_differs_and_known_performance_variables_rank_first():
+    """Issue 15 item 5: two engines differing only in SGL_ENABLE_JIT_DEEPGEMM diffed as no difference."""
+    a = reading("idle")
+    b = copy.deepcopy(a)
+    b["software"]["env"]["SGL_ENABLE_JIT_DEEPGEMM"] = "1"
+    assert [c.line for c in diff_snapshots(a, b)] == ["env SGL_ENABLE_JIT_DEEPGEMM unset -> 1"]
+    a["software"]["env"].update(OMP_NUM_THREADS="8", EDITOR="vi", DG_JIT_USE_NVRTC="0")
+    b["software"]["env"].update(OMP_NUM_THREADS="16", EDITOR="nano", LD_PRELOAD="/usr/lib/libjemalloc.so",
+                                TRITON_CACHE_DIR="/t", DG_JIT_USE_NVRTC="1")
+    b["system"]["kernel"] = "6.8.0-49-generic"
+    changes = diff_snapshots(a, b)
+    assert [c.line for c in changes] == [
+        "env OMP_NUM_THREADS 8 -> 16", "env DG_JIT_USE_NVRTC 0 -> 1", "env SGL_ENABLE_JIT_DEEPGEMM unset -> 1",
+        "env LD_PRELOAD unset -> /usr/lib/libjemalloc.so", "env TRITON_CACHE_DIR unset -> /t",
+        "env EDITOR vi -> nano", "kernel 6.18.44-fc-v657-gpu -> 6.8.0-49-generic",
+    ]
+    assert [c.category.label for c in changes] == ["env"] * 5 + ["other"] * 2
+
+
 def test_engine_libraries_in_their_listed_order():
     a = reading("idle")
     b = copy.deepcopy(a)

@@ -91,8 +91,8 @@ def test_system_section_reads_this_machine(engine_snapshot):
     assert 0 < engine_snapshot["probe_s"] < engine_snapshot["wall_s"]
 
 
-def test_stdin_form_gives_the_same_snapshot(engine_python, engine_snapshot):
-    piped = probe(str(engine_python), stdin_script=True, import_torch=False)
+def test_no_import_form_gives_the_same_versions(engine_python, engine_snapshot):
+    piped = probe(str(engine_python), import_torch=False)
     assert piped["software"]["packages"] == engine_snapshot["software"]["packages"]
     assert piped["software"]["torch"]["version"] == engine_snapshot["software"]["torch"]["version"]
     assert piped["software"]["torch"]["source"] == "version.py"
@@ -113,13 +113,25 @@ def test_async_probe_matches(engine_python, engine_snapshot):
 
 
 def test_env_vars_recorded_and_secrets_redacted():
-    snapshot = probe_cheap(sys.executable, env={"VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "VLLM_API_KEY": "s3cret-value",
-                                                "NCCL_IB_DISABLE": "1", "SPECPERF_UNRELATED": "x"})
-    env = snapshot["software"]["env"]
-    assert env["VLLM_ATTENTION_BACKEND"] == "FLASH_ATTN" and env["NCCL_IB_DISABLE"] == "1"
-    assert env["VLLM_API_KEY"] == "<redacted>"
-    assert "SPECPERF_UNRELATED" not in env
-    assert "s3cret-value" not in json.dumps(snapshot)
+    """Issue 15 item 5: the whole environment as the engine sees it, secrets present but redacted."""
+    given = {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "VLLM_API_KEY": "s3cret-value", "NCCL_IB_DISABLE": "1",
+             "SGL_ENABLE_JIT_DEEPGEMM": "0", "FLASHINFER_WORKSPACE_BASE": "/fi", "TRITON_CACHE_DIR": "/tc",
+             "TORCHINDUCTOR_CACHE_DIR": "/ti", "DG_JIT_CACHE_DIR": "/dg", "OMP_NUM_THREADS": "8",
+             "LD_PRELOAD": "/usr/lib/libtcmalloc.so", "NVIDIA_VISIBLE_DEVICES": "all", "SPECPERF_UNRELATED": "x",
+             "HF_TOKEN": "hf_s3cret", "AWS_SECRET_ACCESS_KEY": "aws-s3cret", "AWS_SESSION_TOKEN": "sess-s3cret",
+             "GOOGLE_APPLICATION_CREDENTIALS": "/gcp-s3cret.json", "DB_PASSWD": "pw-s3cret",
+             "DATABASE_URL": "postgresql://bench:url-s3cret@db:5432/runs", "SHLVL": "7"}
+    env = probe_cheap(sys.executable, env=given)["software"]["env"]
+    for name in ("VLLM_ATTENTION_BACKEND", "NCCL_IB_DISABLE", "SGL_ENABLE_JIT_DEEPGEMM", "FLASHINFER_WORKSPACE_BASE",
+                 "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "DG_JIT_CACHE_DIR", "OMP_NUM_THREADS", "LD_PRELOAD",
+                 "NVIDIA_VISIBLE_DEVICES", "SPECPERF_UNRELATED"):
+        assert env[name] == given[name], name
+    for name in ("VLLM_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "GOOGLE_APPLICATION_CREDENTIALS", "DB_PASSWD"):
+        assert env[name] == "<redacted>", name
+    assert env["DATABASE_URL"] == "postgresql://bench:<redacted>@db:5432/runs"
+    assert "SHLVL" not in env and "PWD" not in env  # the shell's bookkeeping
+    assert "s3cret" not in json.dumps(env)
 
 
 def test_git_checkout_sha_and_dirtiness(tmp_path):
@@ -215,7 +227,7 @@ def test_probe_errors(tmp_path):
 
 
 def test_probe_script_rejects_bad_arguments():
-    result = subprocess.run([sys.executable, str(core._probe.PROBE_SCRIPT), "--sample-s", "-1"],
+    result = subprocess.run([sys.executable, "-", "--sample-s", "-1"], input=core.probe_script_text(),
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--sample-s must be between 0 and 10 seconds" in result.stderr
 

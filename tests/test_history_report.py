@@ -31,7 +31,7 @@ from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 
 MODES = ["baseline"]  # one mode is enough for the history; a second doubles its set-up
 WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=4, warmup_requests=1)
-SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0)
+SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, on_disturbed="keep")
 UTC = dt.UTC
 pytestmark = pytest.mark.e2e  # the history is eight compares on the fast fake engine
 

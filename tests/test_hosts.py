@@ -24,7 +24,7 @@ from tests.conftest import ROOT, SPECPERF, group_members, local_host
 from tests.fake_engine_repo import fake_engine, make_repo
 
 WORKLOAD = core.WorkloadConfig(output_len=32, concurrency=2, requests=8, warmup_requests=1)
-SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0)
+SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, on_disturbed="keep")
 
 
 def ssh_host(sshd, tmp_path: Path, **extra) -> core.SshHost:
@@ -289,7 +289,7 @@ async def test_specperf_compare_over_ssh_from_the_cli(sshd, tmp_path, unused_tcp
         f'python = "{sys.executable}"\ncommand = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\n'
         f'port = {unused_tcp_port}\nstop_grace_s = 3\nenv = {{ PYTHONPATH = "{ROOT}" }}\n'
         '[engines.fake.modes]\nbaseline = []\n'
-        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\non_disturbed = "keep"\nmodes = ["baseline"]\n'
         '[workloads.default]\noutput_len = 32\nrequests = 8\nconcurrency = 2\nwarmup_requests = 1\n'
     )
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}

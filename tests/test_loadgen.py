@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import uvloop
 
-from core import InvalidSampleError, WorkloadConfig, run_workload
+from core import InvalidSampleError, RequestRecord, WorkloadConfig, run_workload
+from core._loadgen import _StreamParser
 from tests.exact_rate_server import truth_output_tok_s
 
 
@@ -25,6 +27,51 @@ async def test_output_tok_s_within_one_percent_of_truth(exact_server, concurrenc
     truth = truth_output_tok_s(server.truth())
     assert sample.output_tokens == 64 * 3 * concurrency
     assert sample.output_tok_s == pytest.approx(truth, rel=0.01)
+
+
+# Events as vLLM writes them (pydantic's compact JSON), ids shortened.
+VLLM_COMPLETION_EVENTS = [
+    b'{"id":"c","object":"text_completion","choices":[{"index":0,"text":" a","logprobs":null,'
+    b'"finish_reason":null,"stop_reason":null}],"usage":null}',
+    b'{"id":"c","object":"text_completion","choices":[{"index":0,"text":"","logprobs":null,'
+    b'"finish_reason":null,"stop_reason":null}],"usage":null}',  # no text: not a token chunk
+    b'{"id":"c","object":"text_completion","choices":[{"index":0,"text":"\\\"finish_reason\\\":null \\\"",'
+    b'"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}',  # quotes in the text
+    b'{"id":"c","object":"text_completion","choices":[{"index":0,"text":" c","logprobs":null,'
+    b'"finish_reason":"length","stop_reason":null}],"usage":null}',
+    b'{"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":4,"total_tokens":7,'
+    b'"completion_tokens":3,"spec_verify_ct":2}}',
+]
+VLLM_CHAT_EVENTS = [
+    b'{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant",'
+    b'"content":""},"logprobs":null,"finish_reason":null}]}',
+    b'{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" a"},'
+    b'"logprobs":null,"finish_reason":null}]}',
+    b'{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" b"},'
+    b'"logprobs":null,"finish_reason":"length","stop_reason":null}]}',
+    b'{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":4,"total_tokens":6,'
+    b'"completion_tokens":2}}',
+]
+
+
+@pytest.mark.parametrize(("api", "events", "texts", "tokens"),
+                         [("completions", VLLM_COMPLETION_EVENTS, 3, 3), ("chat", VLLM_CHAT_EVENTS, 2, 2)])
+def test_stream_parser_reads_engine_events(api, events, texts, tokens):
+    record = RequestRecord(index=0, start_s=10.0, expected_tokens=tokens)
+    parser = _StreamParser(record, api)
+    stream = b"".join(b"data: " + event + b"\n\n" for event in events) + b"data: [DONE]\n\n"
+    cut = stream.index(b'" a"') + 2  # reads end anywhere: here inside the first text event
+    for k, data in enumerate((stream[:cut], stream[cut:-3], stream[-3:])):
+        parser.feed(data, 10.1 + 0.01 * k)
+    parser.finish(10.2)
+    assert record.error is None
+    assert record.text_chunks == texts
+    assert record.ttft_ms == pytest.approx(110.0)  # the second read completes the first text event
+    assert record.itl_ms == pytest.approx([0.0] * (texts - 1))  # the rest came in the same read
+    assert record.output_tokens == tokens
+    assert record.finish_reason == "length"
+    assert record.invalid_reason is None
+    assert record.spec_verify_ct == (2 if api == "completions" else None)
 
 
 async def test_latencies_follow_the_definitions(exact_server):
@@ -83,3 +130,53 @@ async def test_http_error_is_reported(exact_server):
     workload = WorkloadConfig(output_len=8, requests=1, warmup_requests=0)
     sample = await run_workload(server.base_url + "/nope", "m", workload)
     assert "HTTP 404" in sample.invalid_reasons[0]
+
+
+@pytest.mark.slow
+def test_output_tok_s_within_one_percent_of_truth_at_256_streams(exact_server):
+    # 256 streams of 100 tok/s each, 25,600 tok/s nominal, through one client process on
+    # uvloop as the CLI runs it (bench/RESULTS.md has the CPU cost).
+    server = exact_server("--ttft-ms", "20", "--itl-ms", "10")
+    workload = WorkloadConfig(output_len=128, concurrency=256, requests=3 * 256, warmup_requests=256)
+
+    async def clear_truth() -> None:
+        async with httpx.AsyncClient() as client:
+            await client.delete(f"{server.base_url}/truth")
+
+    sample = uvloop.run(run_workload(server.base_url, "m", workload, on_measure_start=clear_truth))
+    assert sample.valid, sample.invalid_reasons
+    assert sample.output_tokens == 128 * 3 * 256
+    assert sample.output_tok_s == pytest.approx(truth_output_tok_s(server.truth()), rel=0.01)
+
+
+@pytest.mark.parametrize(("method", "field"), [("ignore_eos", {"ignore_eos": True}), ("min_tokens", {"min_tokens": 24}),
+                                              ("max_tokens", {})])
+async def test_each_length_method_sends_its_fields(exact_server, method, field):
+    """Issue 15 item 8: the output length is held by the engine's method, in every request."""
+    server = exact_server("--itl-ms", "1", "--eos-at", "5")
+    workload = WorkloadConfig(output_len=24, concurrency=1, requests=2, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload, length_method=method)
+    sent = {name for r in server.truth() for name in r["fields"]}
+    assert sent & {"ignore_eos", "min_tokens"} == field.keys()
+    if method == "max_tokens":  # the model stopped early: a short answer invalidates the sample
+        assert not sample.valid and "returned 5 of 24 tokens (finish_reason=stop)" in sample.invalid_reasons[0]
+    else:
+        assert sample.valid and sample.output_tokens == 48
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_a_stream_that_ends_cleanly_without_done_is_complete(exact_server, api):
+    """transformers serve ends its streams without data: [DONE]; every choice has a finish_reason."""
+    server = exact_server("--itl-ms", "1", "--no-done")
+    workload = WorkloadConfig(api=api, output_len=16, concurrency=2, requests=4, warmup_requests=1)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert sample.valid, sample.invalid_reasons
+    assert sample.output_tokens == 64
+
+
+async def test_a_stream_cut_without_done_or_finish_reason_is_still_truncated(exact_server):
+    server = exact_server("--itl-ms", "1", "--no-done", "--drop-at", "6")
+    workload = WorkloadConfig(output_len=16, concurrency=1, requests=1, warmup_requests=0)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert not sample.valid
+    assert "(the engine may have died)" in sample.invalid_reasons[0]

@@ -190,3 +190,28 @@ def test_a_second_interrupt_cannot_cut_the_stop_short(tmp_path, unused_tcp_port)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert_group_gone(pgid)
+
+
+@pytest.mark.parametrize(("options", "method", "expected"), [
+    ((), "probe", "ignore_eos"),  # vLLM and SGLang accept ignore_eos
+    (("--reject-fields", "ignore_eos"), "probe", "min_tokens"),
+    (("--reject-fields", "ignore_eos,min_tokens"), "probe", "max_tokens"),  # transformers serve
+    (("--reject-fields", "ignore_eos"), "min_tokens", "min_tokens"),  # configured: no probing
+])
+async def test_readiness_finds_how_the_server_holds_the_length(tmp_path, unused_tcp_port, options, method, expected):
+    """Issue 15 item 8: a server that answers 422 to ignore_eos is asked with min_tokens, then
+    max_tokens alone; the trial's requests then carry only what the server accepts."""
+    os.chdir(ROOT)
+    engine = server_engine(unused_tcp_port, "--itl-ms", "1", *options, output_length=method)
+    trial = await measure("other", engine, "baseline", "w", WORKLOAD, tmp_path)
+    assert trial.length_method == expected
+    assert trial.sample.valid and trial.sample.output_tokens == 8 * 64
+    assert_group_gone(trial.pgid)
+
+
+async def test_max_tokens_only_server_whose_model_stops_early_invalidates_the_launch(tmp_path, unused_tcp_port):
+    os.chdir(ROOT)
+    engine = server_engine(unused_tcp_port, "--itl-ms", "1", "--reject-fields", "ignore_eos,min_tokens",
+                           "--eos-at", "40", "--no-done")
+    with pytest.raises(InvalidSampleError, match="returned 40 of 64 tokens"):
+        await measure("other", engine, "baseline", "w", WORKLOAD, tmp_path)

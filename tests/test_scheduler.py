@@ -272,7 +272,7 @@ async def test_one_scheduler_for_two_bots(tmp_path, emulator, monkeypatch, unuse
 # the scheduled summary over a small stored history -----------------------------------------
 
 WORKLOAD = core.WorkloadConfig(output_len=32, concurrency=2, requests=3, warmup_requests=1)
-SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, modes=["baseline"])
+SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, modes=["baseline"], on_disturbed="keep")
 
 
 @pytest.fixture(scope="module")

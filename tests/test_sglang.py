@@ -125,3 +125,36 @@ async def test_metrics_gauge_is_the_last_resort(unused_tcp_port):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _rank_line(prefix: str, accept: float, tok_s: float) -> str:
+    return (f"{prefix} Decode batch. #running-req: 8, accept len: {accept:.2f}, "
+            f"gen throughput (token/s): {tok_s:.2f}, #queue-req: 0")
+
+
+def test_window_sums_ranks_and_drops_each_ranks_first_line():
+    """Issue 15 item 3: DP attention prints one line per rank per interval."""
+    text = "\n".join([_rank_line("[DP0 TP0]", 1.0, 5.0), _rank_line("[DP1 TP1]", 1.0, 5.0),
+                      _rank_line("[DP0 TP0]", 3.0, 170.0), _rank_line("[DP1 TP1]", 3.0, 170.0)])
+    accept, tok_s, lines = window_figures(text)
+    assert (accept, tok_s, lines) == (3.0, 340.0, 2)
+
+
+def test_window_weights_rank_acceptance_by_tokens_with_timestamps():
+    """Timestamped prefixes, four ranks, unequal shares: acceptance weighted by each rank's tok/s."""
+    ranks = ["DP0 TP0", "DP1 TP1", "DP2 TP2", "DP3 TP3"]
+    lines = [_rank_line(f"[2026-01-05 08:00:0{i} {r}]", 1.0, 2.0) for i, r in enumerate(ranks)]
+    lines += [_rank_line(f"[2026-01-05 08:00:1{i} {r}]", a, t)
+              for i, (r, a, t) in enumerate(zip(ranks, (2.0, 2.0, 4.0, 4.0), (100.0, 100.0, 300.0, 300.0)))]
+    accept, tok_s, used = window_figures("\n".join(lines))
+    assert accept == (2 * 200 + 4 * 600) / 800
+    assert tok_s == 800.0 and used == 4
+
+
+def test_window_leaves_out_an_interval_not_every_rank_reached():
+    """The window ends after DP0 logged its third line but before DP1 did; pipeline tags too."""
+    text = "\n".join([_rank_line("[PP0 TP0]", 1.0, 1.0), _rank_line("[PP1 TP0]", 1.0, 1.0),
+                      _rank_line("[PP0 TP0]", 2.0, 100.0), _rank_line("[PP1 TP0]", 2.0, 100.0),
+                      _rank_line("[PP0 TP0]", 9.0, 900.0)])
+    assert window_figures(text) == (2.0, 200.0, 2)
+    assert parse_decode_line(_rank_line("[2026-01-05 08:00:01 DP1 TP1 EP1]", 1.0, 1.0)).rank == "DP1 TP1 EP1"

@@ -29,7 +29,7 @@ async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_
         engine_name="fake", engine=fake_engine(repo, unused_tcp_port, ROOT), workload_name="w",
         workload=core.WorkloadConfig(output_len=64, concurrency=2, requests=4, warmup_requests=1),
         head_ref="slow", base_ref=None, modes=["baseline"],
-        settings=core.CompareConfig(min_trials=4, max_trials=4, cooldown_s=0), host=local_host(tmp_path / "work"),
+        settings=core.CompareConfig(min_trials=4, max_trials=4, cooldown_s=0, on_disturbed="keep"), host=local_host(tmp_path / "work"),
     )
     db = storage.open_database(db_url)
     store = storage.RunStore(db)

@@ -1,0 +1,272 @@
+"""The window monitor and the disturbance judgement, without an engine: the monitor run for
+real against a CPU hog on this machine, the judgement on windows recorded on an NVIDIA H200
+(tests/fixtures/nvml/h200_window_*.json, bench/record_window_gpu.py), the re-measure
+bookkeeping, and the report's wording."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import core
+from bot._common import disturbed_lines
+from core import _host_agent
+from core._disturbance import power_cap_share
+from tests.conftest import SPECPERF
+
+NVML = Path(__file__).parent / "fixtures" / "nvml"
+LIMITS = core.DisturbanceConfig()
+HOG = "import time  # specperf-fast-test-hog\nwhile True: time.time()"
+
+
+def recorded(case: str) -> dict:
+    return json.loads((NVML / f"h200_window_{case}.json").read_text())
+
+
+# --- the monitor, for real -------------------------------------------------------------------
+
+@pytest.fixture
+def engine_stand_in():
+    """A process in its own group pinned to this machine's last CPU, as an engine with ``cpus``."""
+    cpu = max(os.sched_getaffinity(0))
+    proc = subprocess.Popen(["taskset", "--cpu-list", str(cpu), "sleep", "60"], start_new_session=True)
+    yield proc, cpu
+    proc.kill()
+    proc.wait()
+
+
+async def _window_with_hog(engine_pid: int, hog_cpu: int) -> tuple[dict, int]:
+    monitor = core.WindowMonitor(core.LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine_pid)
+    await monitor.open()
+    await monitor.start()
+    hog = subprocess.Popen(["taskset", "--cpu-list", str(hog_cpu), sys.executable, "-c", HOG])
+    try:
+        import asyncio
+
+        await asyncio.sleep(2.0)
+    finally:
+        hog.kill()
+        hog.wait()
+    return await monitor.stop(), hog.pid
+
+
+async def test_monitor_names_a_hog_on_the_engine_cpu(engine_stand_in):
+    engine, cpu = engine_stand_in
+    window, hog_pid = await _window_with_hog(engine.pid, cpu)
+    assert window["engine_cpus"] == [cpu]
+    assert 1.9 < window["window_s"] < 4.0
+    hog = next(p for p in window["foreign_processes"] if p["pid"] == hog_pid)
+    assert "specperf-fast-test-hog" in hog["command"] and hog["engine_cpus_cpu_s"] > 0.2
+    judged = core.judge_window(window, LIMITS)
+    assert judged.disturbed
+    assert any(c.pid == hog_pid for c in judged.culprits), judged.reasons
+    assert f"pid {hog_pid}" in judged.reasons[0] and f"CPU {cpu}" in judged.reasons[0]
+    assert window["gpu"]["available"] is False and window["gpu"]["reason"]  # no GPU here: said, not guessed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU besides the engine's")
+async def test_monitor_leaves_a_hog_on_another_cpu_out_of_the_engine_share(engine_stand_in):
+    engine, cpu = engine_stand_in
+    other = min(os.sched_getaffinity(0))
+    window, hog_pid = await _window_with_hog(engine.pid, other)
+    hog = next(p for p in window["foreign_processes"] if p["pid"] == hog_pid)
+    assert hog["cpu_s"] > 0.2 and hog["engine_cpus_cpu_s"] == 0.0
+    assert window["cpu"]["host_foreign_share"] > 0.1
+
+
+# --- the summary from readings ---------------------------------------------------------------
+
+def _reading(t: float, cpu: dict, threads: dict) -> dict:
+    return {"t": t, "cpu": cpu, "threads": threads, "mem_available_mib": 1000, "gpu": [],
+            "vmstat": {"pswpin": 0, "pswpout": 0, "pgmajfault": 0}}
+
+
+def test_window_summary_counts_threads_on_the_cpu_they_ran_on():
+    # engine group 100 on CPU 1; pid 7 (foreign) moves from CPU 0 to CPU 1; pid 8 is specperf
+    first = _reading(0.0, {0: [0] * 8, 1: [0] * 8}, {"100/100": [100, 100, 0, 1], "7/7": [7, 7, 0, 0],
+                                                      "8/8": [8, 8, 0, 1]})
+    mid = _reading(1.0, {0: [50, 0, 0, 50, 0, 0, 0, 0], 1: [100, 0, 0, 0, 0, 0, 0, 0]},
+                   {"100/100": [100, 100, 60, 1], "7/7": [7, 7, 50, 0], "8/8": [8, 8, 40, 1]})
+    last = _reading(2.0, {0: [50, 0, 0, 150, 0, 0, 0, 0], 1: [200, 0, 0, 0, 0, 0, 0, 0]},
+                    {"100/100": [100, 100, 100, 1], "7/7": [7, 7, 80, 1], "8/8": [8, 8, 60, 1]})
+    who = {7: {"pid": 7, "user": "alice", "command": "pip install x"}}
+    doc = _host_agent.window_summary(first, [mid], last, 100, [8], [1], None, "no GPU", who.get, ticks_per_s=100)
+    cpu = doc["cpu"]
+    assert cpu["engine_cpu_s"] == 1.0 and cpu["engine_cpus_foreign_s"] == 0.3
+    assert cpu["engine_cpus_busy_share"] == 1.0 and cpu["engine_cpus_foreign_share"] == 0.15
+    assert cpu["engine_cpus_unattributed_s"] == pytest.approx(0.1)  # 2.0 busy - 1.9 seen on CPU 1
+    assert doc["foreign_processes"] == [{"pid": 7, "user": "alice", "command": "pip install x", "cpu_s": 0.8,
+                                         "engine_cpus_cpu_s": 0.3}]
+    assert doc["gpu"] == {"available": False, "reason": "no GPU"}
+
+
+def test_redacted_commands():
+    assert _host_agent.redact_command(["serve", "--api-key", "s3cret", "--hf-token=abc", "--port", "1"]) == \
+        "serve --api-key <redacted> --hf-token=<redacted> --port 1"
+
+
+def test_gpu_window_from_recorded_h200_readings():
+    doc = recorded("capped")
+    again = _host_agent.gpu_window(doc["readings"], pgid=-1, group_of=lambda pid: -1)
+    assert again["devices"][0]["clock_event_s"] == doc["gpu"]["devices"][0]["clock_event_s"]
+    assert again["devices"][0]["violation_s"] == doc["gpu"]["devices"][0]["violation_s"]
+    assert again["devices"][0]["sm_clock_mhz_median"] == 1440
+    # the recording's engine stand-in was pid 558 (its own group), the foreign loop pid 585
+    foreign = _host_agent.gpu_window(recorded("foreign")["readings"], pgid=558,
+                                     group_of=lambda pid: 558 if pid == 558 else None, describe=lambda pid: None)
+    assert foreign["devices"][0]["foreign_processes"] == [{"pid": 585, "user": None, "command": None, "visible": False}]
+
+
+# --- the judgement on recorded H200 windows --------------------------------------------------
+
+@pytest.mark.parametrize("case", ["idle", "light", "after", "capped"])
+def test_quiet_h200_windows_are_not_disturbed(case):
+    # idle card, boosted card right after work, a loop at the power cap for its whole window:
+    # the normal states of a GPU host, none a disturbance
+    assert core.judge_window(recorded(case), LIMITS).reasons == []
+
+
+def test_the_power_cap_alone_is_the_normal_state_of_a_heavy_engine():
+    capped = recorded("capped")
+    device = capped["gpu"]["devices"][0]
+    assert device["clock_event_s"]["sw_power_cap"] == pytest.approx(capped["window_s"], abs=0.2)
+    assert power_cap_share(capped) > 0.99
+    windows = {1: capped, 2: recorded("light"), 3: recorded("foreign")}
+    assert not any("power cap" in r for d in core.judge_trials(windows, LIMITS).values() for r in d.reasons)
+
+
+def test_foreign_gpu_process_in_the_window_is_named():
+    judged = core.judge_window(recorded("foreign"), LIMITS)
+    assert judged.disturbed
+    assert any(c.pid == 585 and c.what == "gpu process" for c in judged.culprits)
+    assert "GPU0: foreign compute process pid 585 (root)" in judged.reasons[0]
+
+
+def test_thermal_slowdown_is_disturbed_with_its_duration():
+    window = recorded("capped")
+    window["gpu"]["devices"][0]["clock_event_s"]["hw_thermal_slowdown"] = 3.2
+    judged = core.judge_window(window, LIMITS)
+    assert judged.reasons == ["GPU0 slowed down: hw_thermal_slowdown 3.2 s of 15.0 s"]
+
+
+def test_a_power_cap_share_unlike_the_other_trials_is_disturbed():
+    odd = recorded("capped")
+    odd["gpu"]["devices"][0]["clock_event_s"]["sw_power_cap"] = 6.0  # 40% of its window, the others ~100%
+    judged = core.judge_trials({1: recorded("capped"), 2: recorded("light"), 3: odd, 4: recorded("capped")}, LIMITS)
+    assert list(judged) == [3]
+    assert "GPU0 spent 40% of the window under the power cap, against 100%" in judged[3].reasons[0]
+
+
+def test_unsupported_counters_are_listed_not_guessed():
+    window = recorded("capped")
+    device = window["gpu"]["devices"][0]
+    device["unsupported"] = {"clock_event.hw_power_brake_slowdown": "NVMLError_NotSupported"}
+    del device["clock_event_s"]["hw_power_brake_slowdown"]
+    assert core.judge_window(window, LIMITS).reasons == []
+
+
+# --- re-measure bookkeeping ------------------------------------------------------------------
+
+def _hog_window(pid: int, share: float = 0.6) -> dict:
+    return {"window_s": 10.0, "host_cpus": 2, "engine_cpus": [1],
+            "cpu": {"engine_cpus_foreign_share": share, "engine_cpus_unattributed_s": 0.0, "host_foreign_share": 0.3},
+            "foreign_processes": [{"pid": pid, "user": "root", "command": "pip install -e .", "cpu_s": 6.0,
+                                   "engine_cpus_cpu_s": 6.0 * share / 0.6}],
+            "memory": {}, "gpu": {"available": False, "reason": "no GPU"}}
+
+
+QUIET = {"window_s": 10.0, "host_cpus": 2, "engine_cpus": [1],
+         "cpu": {"engine_cpus_foreign_share": 0.01, "engine_cpus_unattributed_s": 0.0, "host_foreign_share": 0.4},
+         "foreign_processes": [], "memory": {}, "gpu": {"available": False, "reason": "no GPU"}}
+SEQS = {"baseline": {"base": [1, 4, 5, 8, 9, 12], "head": [2, 3, 6, 7, 10, 11]}}
+
+
+def test_remeasure_leaves_out_the_pairs_of_disturbed_trials_up_to_the_limit():
+    windows = {seq: QUIET for seq in range(1, 13)} | {3: _hog_window(4121), 9: _hog_window(4121),
+                                                       12: _hog_window(4121)}
+    settings = core.CompareConfig(max_remeasured_pairs=2)
+    disturbed, left_out = core.judge_compare(SEQS, windows, settings)
+    assert sorted(disturbed) == [3, 9, 12]
+    assert left_out == {"baseline": [1, 4]}  # seq 3 is pair 1, seq 9 and 12 pair 4
+    three = core.judge_compare(SEQS, windows | {6: _hog_window(4121)}, settings)[1]
+    assert three == {"baseline": [1, 2]}  # the limit: pair 4 is kept
+    for policy in ("keep", "fail"):
+        assert core.judge_compare(SEQS, windows, core.CompareConfig(on_disturbed=policy))[1] == {"baseline": []}
+    assert core.kept({"base": "abcdef", "head": "ABCDEF"}, [1, 4]) == {"base": list("acdf"), "head": list("ACDF")}
+
+
+def test_a_busy_host_is_named_at_the_top_with_what_would_settle_it():
+    windows = {seq: QUIET for seq in range(1, 13)} | {seq: _hog_window(4121, 0.9) for seq in (9, 10, 11, 12)}
+    settings = core.CompareConfig(on_disturbed="keep", margin_pct=2.0)
+    disturbed, left_out = core.judge_compare(SEQS, windows, settings)
+    base = [100.0, 101.0, 99.0, 100.5, 90.0, 97.0]
+    head = [99.0, 102.5, 97.0, 100.0, 95.0, 89.0]
+    trials = {"baseline": {"base": [core.ArmTrial(v, None, None) for v in base],
+                           "head": [core.ArmTrial(v, None, None) for v in head]}}
+    verdicts = {"baseline": core.verdict_for(trials["baseline"], settings)}
+    assert verdicts["baseline"].verdict == core.INCONCLUSIVE
+    tok_s = dict(zip(SEQS["baseline"]["base"] + SEQS["baseline"]["head"], base + head))
+    launches = core.launch_rows(SEQS, tok_s, disturbed, left_out, windows)
+    report = core.summarize(trials, verdicts, settings, None, launches, disturbed)
+    assert report["headline"] == ("host busy: 4 of 12 trials disturbed (kept in the statistics): pid 4121 (root) "
+                                  "`pip install -e .`: 0.90 CPU-s/s on the engine's CPUs during launches 9-12")
+    limits = report["modes"]["baseline"]["limits"]
+    assert limits[0].startswith("4 of 12 trials disturbed: pid 4121")
+    assert limits[0].endswith("4 disturbed trials kept in the statistics (on_disturbed = keep)")
+    assert limits[1].startswith("launch-to-launch spread: the pair changes vary by ")
+    assert limits[2].startswith("would settle it: measure again on a quiet host (`specperf env --watch 60`")
+    assert disturbed_lines(report)[0].startswith("launch 9 (baseline base, kept): disturbed: foreign processes took 90%")
+    json.dumps(report)  # JSON-ready
+
+
+def test_a_quiet_compare_has_no_headline():
+    windows = {seq: QUIET for seq in range(1, 13)}
+    disturbed, left_out = core.judge_compare(SEQS, windows, core.CompareConfig())
+    assert disturbed == {} and left_out == {"baseline": []}
+    launches = core.launch_rows(SEQS, {s: 100.0 for s in range(1, 13)}, disturbed, left_out, windows)
+    assert [r["seq"] for r in launches] == list(range(1, 13)) and not any(r["disturbed"] for r in launches)
+    trials = {"baseline": {"base": [core.ArmTrial(100.0, None, None)] * 6, "head": [core.ArmTrial(100.0, None, None)] * 6}}
+    report = core.summarize(trials, {}, core.CompareConfig(), None, launches, disturbed)
+    assert report["headline"] is None and disturbed_lines(report) == []
+
+
+def test_chart_marks_disturbed_launches(tmp_path):
+    windows = {seq: QUIET for seq in range(1, 13)} | {3: _hog_window(7)}
+    settings = core.CompareConfig()
+    disturbed, left_out = core.judge_compare(SEQS, windows, settings)
+    launches = core.launch_rows(SEQS, {s: 100.0 + s for s in range(1, 13)}, disturbed, left_out, windows)
+    trials = {"baseline": {"base": [], "head": []}}
+    path = core.render_chart(trials, tmp_path / "c.png", "t", launches)
+    assert path.stat().st_size > 1000
+
+
+def test_disturbance_settings_in_the_config():
+    config = core.parse_config('[compare]\non_disturbed = "keep"\n[compare.disturbance]\n'
+                               'engine_cpus_foreign_share = 0.2\n')
+    assert config.compare.on_disturbed == "keep" and config.compare.disturbance.engine_cpus_foreign_share == 0.2
+    with pytest.raises(core.ConfigError, match="on_disturbed"):
+        core.parse_config('[compare]\non_disturbed = "sometimes"\n')
+
+
+
+def test_env_watch_runs_the_monitor_alone_and_judges_it(tmp_path):
+    out = tmp_path / "watch.json"
+    env = {**os.environ, "SPECPERF_HOME": str(tmp_path)}
+    hog = subprocess.Popen(["taskset", "--cpu-list", "1" if os.cpu_count() > 1 else "0", sys.executable, "-c", HOG])
+    try:
+        done = subprocess.run([*SPECPERF, "env", "--watch", "1.5", "--json", str(out)], capture_output=True, text=True,
+                              env=env, timeout=60)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert done.returncode == 0, done.stderr
+    saved = json.loads(out.read_text())
+    assert saved["window"]["engine_cpus"] == [1 if os.cpu_count() > 1 else 0]  # the default engine's cpus
+    assert any(p["pid"] == hog.pid for p in saved["window"]["foreign_processes"])
+    assert saved["disturbed"]["disturbed"] and "DISTURBED" in done.stdout
+    assert "busiest other processes" in done.stdout

@@ -1,0 +1,64 @@
+"""vLLM acceptance length from whichever spec-decode counter set the version exports (issue 15
+item 4), and the verdict naming the missing counter when none fits. Fast tier: no engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import NOT_DERIVED, ArmTrial, CompareConfig, verdict_for
+from core._engines import num_speculative_tokens, vllm_acceptance
+
+EAGLE3 = ["--speculative-config", '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}']
+
+
+def test_draft_tokens_without_drafts_counter_uses_k_from_the_mode():
+    """The issue's input: V1 before num_drafts existed; 1 + 1800 / (3000 / 3) = 2.8."""
+    start = {"vllm:spec_decode_num_draft_tokens_total": 0.0, "vllm:spec_decode_num_accepted_tokens_total": 0.0}
+    end = {"vllm:spec_decode_num_draft_tokens_total": 3000.0, "vllm:spec_decode_num_accepted_tokens_total": 1800.0}
+    got = vllm_acceptance(start, end, num_speculative_tokens(EAGLE3))
+    assert got.acceptance_length == pytest.approx(2.8)
+    assert (got.drafts, got.accepted_tokens, got.missing) == (1000, 1800, None)
+
+
+def test_v0_emitted_tokens_unprefixed_names():
+    """V0: emitted (bonus included) / (draft tokens / k); older names lack the vllm: prefix."""
+    start = {"spec_decode_num_draft_tokens_total": 400.0, "spec_decode_num_emitted_tokens_total": 100.0,
+             "spec_decode_num_accepted_tokens_total": 50.0}
+    end = {"spec_decode_num_draft_tokens_total": 2400.0, "spec_decode_num_emitted_tokens_total": 1600.0,
+           "spec_decode_num_accepted_tokens_total": 1050.0}
+    got = vllm_acceptance(start, end, num_speculative_tokens(["--num-speculative-tokens", "4"]))
+    assert got.acceptance_length == pytest.approx(1500 / 500)
+    assert got.formula == "emitted / (draft tokens / 4)"
+
+
+def test_current_counter_set_is_preferred():
+    end = {"vllm:spec_decode_num_drafts_total": 500.0, "vllm:spec_decode_num_draft_tokens_total": 1500.0,
+           "vllm:spec_decode_num_accepted_tokens_total": 700.0}
+    got = vllm_acceptance({}, end, 3)
+    assert got.acceptance_length == pytest.approx(2.4) and got.drafts == 500
+
+
+def test_missing_k_and_missing_counters_are_named():
+    end = {"vllm:spec_decode_num_draft_tokens_total": 3000.0, "vllm:spec_decode_num_accepted_tokens_total": 1800.0}
+    got = vllm_acceptance({}, end, num_speculative_tokens(["--speculative-config", '{"method": "ngram"}']))
+    assert got.acceptance_length is None
+    assert "vllm:spec_decode_num_drafts_total is missing" in got.missing
+    assert "num_speculative_tokens" in got.missing
+    only_accepted = vllm_acceptance({}, {"vllm:spec_decode_num_accepted_tokens_total": 10.0}, 3)
+    assert "vllm:spec_decode_num_draft_tokens_total" in only_accepted.missing
+    assert vllm_acceptance({}, {"vllm:generation_tokens_total": 9.0}, None).missing is None  # no speculation
+
+
+def test_num_speculative_tokens_shapes():
+    assert num_speculative_tokens(EAGLE3) == 3
+    assert num_speculative_tokens(['--speculative_config={"num_speculative_tokens": 5}']) == 5
+    assert num_speculative_tokens(["--num-speculative-tokens=2"]) == 2
+    assert num_speculative_tokens(["--max-model-len", "512"]) is None
+
+
+def test_verdict_reason_names_the_missing_counter():
+    note = "vllm:spec_decode_num_drafts_total is missing and num_speculative_tokens is not in the mode's arguments"
+    trials = {role: [ArmTrial(100.0 + i, None, 10.0, note) for i in range(4)] for role in ("base", "head")}
+    verdict = verdict_for(trials, CompareConfig(min_trials=4))
+    assert verdict.reason.endswith(f"acceptance length not derived: {note}")
+    assert NOT_DERIVED.strip("; ").startswith("acceptance length not derived")
