@@ -148,6 +148,17 @@ class SlackNotifier(Notifier):
             log.warning("chat.postMessage in %s failed: %s: %s", channel, exc.__class__.__name__, exc)
             return None
 
+    async def permalink(self, channel: str, ts: str) -> str | None:
+        """The URL of message ``ts`` in ``channel`` (``chat.getPermalink``); ``None`` (logged)
+        when Slack will not say."""
+        try:
+            return (await self.client.chat_getPermalink(channel=channel, message_ts=ts)).get("permalink")
+        except SlackApiError as exc:
+            log.warning("chat.getPermalink in %s failed: %s", channel, exc.response.get("error"))
+        except (OSError, TimeoutError) as exc:
+            log.warning("chat.getPermalink in %s failed: %s: %s", channel, exc.__class__.__name__, exc)
+        return None
+
     async def _thread(self, job: storage.Job) -> _Thread:
         event = self.parent_ready.get(job.id)
         if event is not None:

@@ -18,7 +18,8 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     diff_snapshots, Change, Category, flatten_snapshot, load_snapshot, SnapshotError
     GitError, check_ref_text, BuildError, first_parent_order, first_parent_range, resolve_commit, branch_head
     Series, SeriesPoint, env_changes, analyze_series, detect_change_points, SeriesAnalysis, ChangePoint,
-    Drift, unpaired_shift, Shift, build_summary, render_trend_chart
+    Drift, unpaired_shift, Shift, build_summary, render_trend_chart, Summary
+    PeriodRuns, CompareFinding, BisectFinding, FailedRun, FailureGroup, failure_key
     Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
     bisect, BisectRequest, BisectResult, BisectStep, BisectObserver
     triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
@@ -124,7 +125,15 @@ from core._stats import (
     speedup_change,
     unpaired_shift,
 )
-from core._summary import build_summary, render_trend_chart
+from core._findings import (
+    BisectFinding,
+    CompareFinding,
+    FailedRun,
+    FailureGroup,
+    PeriodRuns,
+    failure_key,
+)
+from core._summary import Summary, build_summary, render_trend_chart
 from core._triage import FileTriage, TriageEntry, TriageReport, triage
 from core._worktree_engine import BuildError
 
@@ -144,6 +153,8 @@ __all__ = [
     "GitError", "check_ref_text", "BuildError", "first_parent_order", "first_parent_range", "resolve_commit", "branch_head",
     "Series", "SeriesPoint", "env_changes", "analyze_series", "detect_change_points", "SeriesAnalysis",
     "ChangePoint", "Drift", "unpaired_shift", "Shift", "build_summary", "render_trend_chart",
+    "Summary", "PeriodRuns", "CompareFinding", "BisectFinding", "FailedRun", "FailureGroup",
+    "failure_key",
     "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",
     "Holder", "HostError", "HostBusyError", "CommandTimeout",
     "bisect", "BisectRequest", "BisectResult", "BisectStep", "BisectObserver",

@@ -4,21 +4,23 @@ SQLite by default, any SQLAlchemy URL (PostgreSQL: ``postgresql+psycopg://...``)
 the schema is migrated with Alembic on open. ``core`` never imports from here.
 
 Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
-list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series), and
-the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next,
+list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series),
+load_findings (what a period's runs found, as core.PeriodRuns), and
+the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next, run_threads,
 cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
 list_commands) with the tables Job and CommandRecord; the scheduler's watch_jobs and its
 log (record_tick, list_ticks, table ScheduleTick).
 """
 
 from storage._db import StorageError, default_url, open_database
-from storage._history import load_series
+from storage._history import load_findings, load_series
 from storage._jobs import (
     cancel_queued,
     claim_next,
     enqueue,
     get_job,
     job_for_run,
+    run_threads,
     list_commands,
     list_jobs,
     list_ticks,
@@ -52,8 +54,8 @@ from storage._store import (
 __all__ = [
     "open_database", "default_url", "StorageError",
     "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
-    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series",
-    "enqueue", "claim_next", "get_job", "job_for_run", "update_job", "cancel_queued", "list_jobs",
+    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",
+    "enqueue", "claim_next", "get_job", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",
     "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
     "ScheduleTick", "watch_jobs", "record_tick", "list_ticks",
 ]

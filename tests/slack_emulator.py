@@ -153,6 +153,9 @@ class SlackEmulator:
         if method == "chat.postMessage":
             return {"ok": True, "channel": body.get("channel"), "ts": f"1700000000.{next(self._ts):06d}",
                     "message": {"text": body.get("text")}}
+        if method == "chat.getPermalink":
+            return {"ok": True, "channel": body.get("channel"),
+                    "permalink": f"https://t.slack.com/archives/{body.get('channel')}/p{body.get('message_ts', '').replace('.', '')}"}
         if method == "chat.update":
             return {"ok": True, "channel": body.get("channel"), "ts": body.get("ts"), "text": body.get("text")}
         if method == "files.getUploadURLExternal":

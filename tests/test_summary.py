@@ -45,7 +45,7 @@ def history(n: int = 24, at: int = 16, drop: float = 0.10, acceptance=(3.2, 2.0)
 def test_summary_numbers():
     s = history()
     summary = core.build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
-    (entry,) = summary["series"]
+    (entry,) = summary.series
     values = [p.output_tok_s for p in s.points]
     assert entry["latest"]["output_tok_s"] == values[-1]
     assert entry["latest"]["acceptance_length"] == s.points[-1].acceptance_length == pytest.approx(2.0, rel=0.03)
@@ -64,28 +64,29 @@ def test_summary_numbers():
     assert cp["bisect"] == f"specperf bisect {s.points[15].sha[:12]} {s.points[16].sha[:12]} " \
                            "--engine sglang-k2 --mode eagle3"
     assert [(c["index"], c["lines"], c["new"]) for c in entry["env_changes"]] == [(20, ["NCCL 2.27.3 -> 2.28.9"], True)]
-    assert summary["headline"] == ("1 new regression, 1 new acceptance-length change, 1 environment change "
-                                   "in the last 7 days (8 commits measured, 1 series).")
+    assert summary.headline == ("1 new regression in the history, 1 new acceptance-length change, "
+                                "1 environment change in the last 7 days (8 commits measured, 1 series).")
+    assert entry["short_series"] is None  # 24 points: the change-point test applies
 
 
 def test_an_old_change_point_is_not_new_and_a_week_without_one_is_quiet():
     s = history(at=5, env_at=6)  # the step and the NCCL change both long before the period
     summary = core.build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
-    (entry,) = summary["series"]
+    (entry,) = summary.series
     assert [cp["new"] for cp in entry["change_points"]] == [False]
-    assert summary["quiet"]
-    assert summary["headline"] == ("Quiet: 8 commits measured in the last 7 days across 1 series; "
-                                   "no change point, no drift, no environment change.")
+    assert summary.quiet
+    assert summary.headline == ("Quiet: 8 commits measured in the last 7 days across 1 series; no stored "
+                                "regression, failure or bisect, no change point, no drift, no environment change.")
     blocks, text = summary_blocks(summary)
-    assert blocks == [{"type": "section", "text": {"type": "mrkdwn", "text": summary["headline"]}}]
-    assert text == summary["headline"]
+    assert blocks == [{"type": "section", "text": {"type": "mrkdwn", "text": summary.headline}}]
+    assert text == summary.headline
 
 
 def test_series_not_measured_in_the_period_are_left_out_and_the_chart_is_drawn(tmp_path):
     old = history()
     for p in old.points:
         p.last_measured_at -= dt.timedelta(days=60)
-    assert core.build_summary([old], since=NOW - dt.timedelta(days=7), now=NOW)["series"] == []
+    assert core.build_summary([old], since=NOW - dt.timedelta(days=7), now=NOW).series == []
     summary = core.build_summary([history()], since=NOW - dt.timedelta(days=7), now=NOW)
     path = core.render_trend_chart(summary, tmp_path / "trend.png")
     assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 10_000
