@@ -79,7 +79,7 @@ def print_summary(console: Console, summary: core.Summary) -> None:
     console.print(Text(summary.headline, style=style))
     if summary.quiet:
         return
-    say = lambda text: console.print(text, markup=False, highlight=False)
+    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)
     runs = summary.runs
     for finding in [*runs.compares, *runs.bisects, *runs.failure_groups()]:
         say(finding.line())

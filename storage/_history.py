@@ -143,7 +143,7 @@ def _median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def load_findings(engine: Engine, *, since: dt.datetime, engine_name: str | None = None,
+def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = None,
                   host: str | None = None) -> PeriodRuns:
     """What the runs started since ``since`` (optionally of one engine or host) found.
 
@@ -153,7 +153,7 @@ def load_findings(engine: Engine, *, since: dt.datetime, engine_name: str | None
     :class:`core.BisectFinding` with the compare that decided it; ``failed`` runs are listed as
     they are (group them with ``PeriodRuns.failure_groups``). Interrupted runs are not findings.
     """
-    with Session(engine) as session:
+    with Session(db) as session:
         query = select(Run).where(Run.status.in_(["done", "failed"])).order_by(Run.created_at, Run.id)
         if engine_name:
             query = query.where(Run.engine_name == engine_name)

@@ -77,13 +77,13 @@ def job_for_run(engine: Engine, run_id: int) -> Job | None:
         return session.exec(select(Job).where(Job.run_id == run_id)).first()
 
 
-def run_threads(engine: Engine, run_ids: list[int]) -> dict[int, tuple[str, str]]:
+def run_threads(db: Engine, run_ids: list[int]) -> dict[int, tuple[str, str]]:
     """Where the bot posted each of ``run_ids``: ``{run id: (channel, thread ts)}`` from the
     job that made the run; runs made outside the bot (the terminal) or whose job has no
     thread are left out."""
     if not run_ids:
         return {}
-    with Session(engine) as session:
+    with Session(db) as session:
         jobs = session.exec(select(Job).where(Job.run_id.in_(run_ids)))
         return {j.run_id: (j.slack.get("channel", j.channel_id), j.slack["thread_ts"])
                 for j in jobs if (j.slack or {}).get("thread_ts")}
