@@ -97,9 +97,9 @@ async def main() -> None:
                 raw[name].append(await _trial(host, engine, f"{host.workdir}/logs"))
         vllm_ready = {}
         if args.vllm:
-            from bot._common import load
+            from bot import load_config
 
-            config = load(None)
+            config = load_config()
             tiny = config.engine("tiny-vllm").model_copy(update={"port": free_port()})
             for name, host in (("local", local), ("ssh", ssh)):
                 vllm_ready[name] = (await _trial(host, tiny, f"{host.workdir}/logs"))["ready"]

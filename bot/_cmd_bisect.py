@@ -14,8 +14,9 @@ import core
 import storage
 from bot._cmd_compare import _ConsoleStore, _settings, reconcile
 from bot._cmd_triage import engine_and_rules
-from bot._common import database, host_args, load, open_host, owner, pick, pin_client
+from bot._common import database, host_args, open_host, owner, pick, pin_client
 from bot._report_view import print_bisect
+from bot._settings import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +70,7 @@ async def run_bisect(args: argparse.Namespace, console: Console) -> int:
     good or bad cannot be measured (bad refs raise git errors before anything runs)."""
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
         raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
-    config = load(args.config)
+    config = load_config(args.config)
     name, engine, rules = engine_and_rules(config, args.engine)
     workload_name = pick(config.workloads, args.workload, "workload", default="default")
     db = database(config, args.db)

@@ -18,7 +18,8 @@ import signal
 
 from rich.console import Console
 
-from bot._common import database, load
+from bot._common import database
+from bot._settings import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,12 +38,10 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         core.ConfigError: ``[slack]`` lacks the mode's token or secret.
         storage.StorageError: the database cannot be opened.
     """
-    from bot._slack_app import (  # slack-bolt is only imported by the bot
-        SlackBot,
-        check_config,
-    )
+    from bot._slack_app import SlackBot  # slack-bolt is only imported by the bot
+    from bot._slack_client import check_config
 
-    config = load(args.config)
+    config = load_config(args.config)
     overrides = {k: v for k, v in (("mode", args.mode), ("http_port", args.port)) if v is not None}
     if overrides:
         config = config.model_copy(update={"slack": config.slack.model_copy(update=overrides)})

@@ -18,7 +18,6 @@ from bot._common import (
     data_dir,
     database,
     host_args,
-    load,
     open_host,
     owner,
     pick,
@@ -26,6 +25,7 @@ from bot._common import (
 )
 from bot._report_view import print_bisect, print_report
 from bot._runs import reconcile_runs, stored_report
+from bot._settings import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -132,7 +132,7 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
 async def run_compare(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run."""
     _check_outputs(args)
-    config = load(args.config)
+    config = load_config(args.config)
     name = pick(config.engines, args.engine, "engine")
     workload_name = pick(config.workloads, args.workload, "workload", default="default")
     engine = config.engine(name)
@@ -179,7 +179,7 @@ async def reconcile(db, config: core.Config, console: Console) -> None:
 async def run_show(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
     _check_outputs(args)
-    config = load(args.config)
+    config = load_config(args.config)
     stored = storage.load_run(database(config, args.db), args.run_id)
     if stored is None:
         raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
@@ -201,7 +201,7 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
 
 async def run_history(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf history``: the newest runs with their verdicts."""
-    config = load(args.config)
+    config = load_config(args.config)
     table = Table(title="runs")
     for column in ("run", "when (UTC)", "engine", "commit", "base", "status", "verdicts"):
         table.add_column(column)

@@ -22,7 +22,8 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, load, open_host, pick
+from bot._common import data_dir, database, open_host, pick
+from bot._settings import load_config
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
@@ -214,7 +215,7 @@ def _snapshot_of(given: str, args: argparse.Namespace) -> dict:
         return core.load_snapshot(given)
     if not given.isdigit():
         raise core.SnapshotError(f"{given} is neither a snapshot file nor a run id (`specperf history` lists runs)")
-    config = load(args.config)
+    config = load_config(args.config)
     stored = storage.load_run(database(config), int(given))
     if stored is None:
         raise core.SnapshotError(f"no run {given} in the database; `specperf history` lists the runs")
@@ -231,7 +232,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         a, b = (_snapshot_of(given, args) for given in args.diff)
         print_diff(console, core.diff_snapshots(a, b), args.diff[0], args.diff[1])
         return 0
-    config = load(args.config)
+    config = load_config(args.config)
     label, python, env, repo, host = _target(args, config)
     async with open_host(config, host) as target:
         with console.status(f"probing {host} ({target.where}) with {python}"):

@@ -22,12 +22,12 @@ from bot._common import (
     data_dir,
     fmt,
     host_args,
-    load,
     open_host,
     owner,
     pick,
     pin_client,
 )
+from bot._settings import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,7 +67,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf measure``; returns the exit status (errors propagate as exceptions)."""
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
         raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
-    config = load(args.config)
+    config = load_config(args.config)
     engine_name = pick(config.engines, args.engine, "engine")
     workload_name = pick(config.workloads, args.workload, "workload", default="default")
     engine, workload = config.engine(engine_name), config.workload(workload_name)

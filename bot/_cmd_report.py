@@ -16,7 +16,8 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, fmt, load, open_host
+from bot._common import data_dir, database, fmt, open_host
+from bot._settings import load_config
 
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
@@ -147,7 +148,7 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
         path = getattr(args, option)
         if path and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
             raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
-    config = load(args.config)
+    config = load_config(args.config)
     db = database(config, args.db)
     notes: list[str] = []
     orders = await commit_orders(config, args.engine, notes.append)

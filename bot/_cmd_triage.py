@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 import core
-from bot._common import load, open_host, pick
+from bot._common import open_host, pick
+from bot._settings import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +58,7 @@ async def run_triage(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf triage``: 0 with the ranked table (errors raise; bad refs are git errors)."""
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
         raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
-    config = load(args.config)
+    config = load_config(args.config)
     name, engine, rules = engine_and_rules(config, args.engine)
     modes = args.modes.split(",") if args.modes else None
     missing = [m for m in modes or [] if m not in engine.modes]

@@ -1,11 +1,12 @@
-"""What every ``specperf`` subcommand shares: the data directory, config resolution, picking
-names from the config, and number formatting."""
+"""What every ``specperf`` subcommand shares: the data directory, picking names from the
+config, opening hosts and the database, and number formatting (the configuration itself:
+:mod:`bot._settings`)."""
 
 from __future__ import annotations
 
 import os
 import pwd
-from importlib import resources
+import socket
 from pathlib import Path
 
 import core
@@ -17,24 +18,6 @@ def data_dir() -> Path:
     if home := os.environ.get("SPECPERF_HOME"):
         return Path(home)
     return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "specperf"
-
-
-def load(path: str | None) -> core.Config:
-    """The configuration: ``path``, else ``$SPECPERF_CONFIG``, else ``./specperf.toml``, else the
-    embedded default (``bot/default.toml``, the local CPU test engine under
-    ``$SPECPERF_TESTENV``, default ``~/.cache/specperf/testenv``).
-
-    Raises:
-        core.ConfigError: the file is unreadable or invalid.
-    """
-    os.environ.setdefault("SPECPERF_TESTENV", str(Path.home() / ".cache/specperf/testenv"))
-    path = path or os.environ.get("SPECPERF_CONFIG")
-    if path is None and Path("specperf.toml").exists():
-        path = "specperf.toml"
-    if path is not None:
-        return core.load_config(path)
-    text = resources.files("bot").joinpath("default.toml").read_text()
-    return core.parse_config(text, "<embedded default config>")
 
 
 def pick(table: dict, given: str | None, what: str, default: str | None = None) -> str:
@@ -96,6 +79,15 @@ def owner(command: str) -> dict:
     except KeyError:
         user = str(os.getuid())
     return {"by": f"{user}@{os.uname().nodename} pid {os.getpid()}", "doing": command}
+
+
+def owner_alive(owner: dict) -> bool:
+    """The one liveness rule of a recorded owner ``{"pid", "host"}`` (of a run or a job): alive
+    unless it is a process of this machine that is gone (or a zombie). A process of another
+    machine, or an owner without a pid, cannot be checked from here and counts as alive."""
+    if owner.get("host") != socket.gethostname() or not owner.get("pid"):
+        return True
+    return core.process_alive(owner["pid"])
 
 
 def database(config: core.Config, url: str | None = None):

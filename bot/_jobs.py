@@ -18,7 +18,7 @@ import logging
 
 import core
 import storage
-from bot._common import open_host, owner
+from bot._common import open_host, owner, owner_alive
 from bot._runs import reconcile_runs
 
 log = logging.getLogger("specperf.bot")
@@ -122,7 +122,7 @@ class JobQueue:
         left running, (job, new status ``queued``/``failed``, reason)."""
         closed = dict(await reconcile_runs(self.db, self.config))
         reconciled = []
-        for job in await asyncio.to_thread(storage.orphaned_jobs, self.db):
+        for job in await asyncio.to_thread(storage.orphaned_jobs, self.db, owner_alive):
             reason = f"the bot (pid {job.owner['pid']}) stopped while this job ran"
             if job.run_id in closed:
                 reason += f" (run {job.run_id}: {closed[job.run_id].split('; ', 1)[-1]})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import core
 import storage
-from bot._common import open_host
+from bot._common import open_host, owner_alive
 
 
 async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
@@ -16,7 +16,7 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
     Returns ``[(run id, reason), ...]`` for each run closed.
     """
     closed = []
-    for run, trials in storage.abandoned_runs(db):
+    for run, trials in storage.abandoned_runs(db, owner_alive):
         stopped, unreachable = [], None
         recorded = [t for t in trials if t.pgid and t.log_path]
         if recorded and run.host in config.hosts:

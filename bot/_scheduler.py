@@ -122,7 +122,7 @@ class SchedulerLock:
 @dataclass
 class ScheduleContext:
     """What a tick needs: the config, the run database, the bot's job queue (hosts, submit)
-    and its Slack notifier (``post``, ``upload``, ``parent_ready``; ``None``: nothing is posted)."""
+    and its Slack notifier (``post``, ``upload``, ``permalink``, ``parent_ready``; ``None``: nothing is posted)."""
 
     config: core.Config
     db: object

@@ -20,11 +20,12 @@ No Slack and no database here; ``bot`` and ``storage`` build on this. Public nam
     Series, SeriesPoint, env_changes, analyze_series, detect_change_points, SeriesAnalysis, ChangePoint,
     Drift, unpaired_shift, Shift, build_summary, render_trend_chart, Summary
     PeriodRuns, CompareFinding, BisectFinding, FailedRun, FailureGroup, failure_key
-    Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder
+    Host, LocalHost, SshHost, EngineHandle, CommandResult, open_host, gpu_holders, clean_gpus, Holder,
+    process_alive
     bisect, BisectRequest, BisectResult, BisectStep, BisectObserver
     triage, TriageReport, TriageEntry, FileTriage, TriageConfig, TriageRules, TriageArea, TriageGate,
     TriageModelRule, TriageDefault
-    SlackConfig, SlackAllow, AllowList, ScheduleConfig, WatchConfig
+    ConfigSection, expand_vars (for front ends' own config sections)
     SpecperfError, ConfigError, EngineError, EngineNotReadyError, EngineExitedError,
     InvalidSampleError, HostError, HostBusyError, CommandTimeout
 """
@@ -47,26 +48,16 @@ from core._compare import (
     verdict_for,
 )
 from core._config import (
-    AllowList,
     CompareConfig,
     Config,
     EngineConfig,
     HostConfig,
-    ScheduleConfig,
-    SlackAllow,
-    SlackConfig,
     StorageConfig,
-    TriageArea,
-    TriageConfig,
-    TriageDefault,
-    TriageGate,
-    TriageModelRule,
-    TriageRules,
-    WatchConfig,
     WorkloadConfig,
     load_config,
     parse_config,
 )
+from core._config_base import ConfigSection, expand_vars
 from core._engines import EngineAdapter, EngineFigures, adapter_for
 from core._errors import (
     CommandTimeout,
@@ -76,7 +67,6 @@ from core._errors import (
     EngineNotReadyError,
     HostBusyError,
     HostError,
-    InvalidSampleError,
     SpecperfError,
 )
 from core._fingerprint import (
@@ -95,9 +85,16 @@ from core._git import (
     first_parent_range,
     resolve_commit,
 )
-from core._host import CommandResult, EngineHandle, Host, LocalHost, SshHost, open_host
+from core._host_agent import pid_alive as process_alive
+from core._hosts import CommandResult, EngineHandle, Host, LocalHost, SshHost, open_host
 from core._hygiene import Holder, clean_gpus, gpu_holders
-from core._loadgen import Quantiles, RequestRecord, Sample, run_workload
+from core._loadgen import (
+    InvalidSampleError,
+    Quantiles,
+    RequestRecord,
+    Sample,
+    run_workload,
+)
 from core._measure import TrialResult, measure
 from core._probe import (
     ProbeError,
@@ -135,10 +132,18 @@ from core._findings import (
 )
 from core._summary import Summary, build_summary, render_trend_chart
 from core._triage import FileTriage, TriageEntry, TriageReport, triage
+from core._triage_rules import (
+    TriageArea,
+    TriageConfig,
+    TriageDefault,
+    TriageGate,
+    TriageModelRule,
+    TriageRules,
+)
 from core._worktree_engine import BuildError
 
 __all__ = [
-    "Config", "EngineConfig", "HostConfig", "SlackConfig", "SlackAllow", "AllowList", "ScheduleConfig", "WatchConfig",
+    "Config", "EngineConfig", "HostConfig", "ConfigSection", "expand_vars",
     "WorkloadConfig", "load_config", "parse_config",
     "EngineAdapter", "EngineFigures", "adapter_for",
     "ConfigError", "EngineError", "EngineExitedError", "EngineNotReadyError", "InvalidSampleError",
@@ -156,7 +161,7 @@ __all__ = [
     "Summary", "PeriodRuns", "CompareFinding", "BisectFinding", "FailedRun", "FailureGroup",
     "failure_key",
     "Host", "LocalHost", "SshHost", "EngineHandle", "CommandResult", "open_host", "gpu_holders", "clean_gpus",
-    "Holder", "HostError", "HostBusyError", "CommandTimeout",
+    "Holder", "process_alive", "HostError", "HostBusyError", "CommandTimeout",
     "bisect", "BisectRequest", "BisectResult", "BisectStep", "BisectObserver",
     "triage", "TriageReport", "TriageEntry", "FileTriage", "TriageConfig", "TriageRules", "TriageArea", "TriageGate",
     "TriageModelRule", "TriageDefault",

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 
 from core import _git
 from core._compare import CompareObserver, CompareRequest, CompareResult, compare
-from core._config import CompareConfig, EngineConfig, TriageRules, WorkloadConfig
+from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._errors import SpecperfError
-from core._host import Host
+from core._hosts import Host
 from core._stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Verdict
 from core._triage import TriageReport, triage
+from core._triage_rules import TriageRules
 
 
 @dataclass

@@ -18,7 +18,7 @@ as drifted; the rule is to keep it in the statistics and name it in the report, 
 can judge (excluding launches after the fact would bias the verdict toward whichever arm
 happened to drift less). A probe that fails is reported, never fatal.
 
-Everything runs on the request's host (core._host): worktrees, builds, the probe, the engine;
+Everything runs on the request's host (core._hosts): worktrees, builds, the probe, the engine;
 before the first launch the host's GPUs are cleared of leftover engines of ours, and a
 foreign GPU process makes the run fail with its pid, user and command unless
 ``force_clean`` (core._hygiene).
@@ -35,7 +35,7 @@ from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
 from core._errors import EngineError, SpecperfError
 from core._fingerprint import Category, diff_snapshots
-from core._host import EngineHandle, Host
+from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
 from core._measure import TrialResult, measure
 from core._probe import ProbeError, probe_async

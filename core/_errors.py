@@ -2,15 +2,10 @@
 
 Every error names its cause and what to do about it in its message; callers (the CLI, the
 bot) print ``str(error)`` as is. Errors that happen after data was gathered carry that data
-(see :class:`InvalidSampleError`) so nothing measured is lost.
+(see :class:`core.InvalidSampleError`, defined beside the sample it carries) so nothing measured is lost.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from core._loadgen import Sample
 
 
 class SpecperfError(Exception):
@@ -40,22 +35,6 @@ class EngineNotReadyError(EngineError):
 
 class EngineExitedError(EngineError):
     """The engine process exited on its own (before readiness or during measurement)."""
-
-
-class InvalidSampleError(SpecperfError):
-    """A measured sample cannot be trusted (a request returned fewer tokens than asked, or failed).
-
-    Attributes:
-        sample: the :class:`core.Sample` as measured, with every request record kept.
-    """
-
-    def __init__(self, sample: Sample) -> None:
-        self.sample = sample
-        reasons = "; ".join(sample.invalid_reasons[:5])
-        more = len(sample.invalid_reasons) - 5
-        if more > 0:
-            reasons += f"; and {more} more"
-        super().__init__(f"sample invalid: {reasons}")
 
 
 class HostError(SpecperfError):

@@ -4,7 +4,7 @@ User text never reaches a shell: every git call is an argv list, and a ref is fi
 against git's own ref-name rules and then resolved with
 ``git rev-parse --verify --end-of-options <ref>^{commit}``, so option-looking text
 (``--upload-pack=x``) or shell syntax (``HEAD; touch /tmp/x``) is rejected before any other
-command runs. Git runs on the engine's host (:mod:`core._host`). Worktrees live under the
+command runs. Git runs on the engine's host (:mod:`core._hosts`). Worktrees live under the
 host's work directory (``<workdir>/worktrees/<sha>``),
 are reused across runs, and never touch the user's checkout.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from core._errors import SpecperfError
-from core._host import CommandResult, Host
+from core._hosts import CommandResult, Host
 
 
 class GitError(SpecperfError):

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 
 from core._errors import HostBusyError
-from core._host import Host
+from core._hosts import Host
 
 
 @dataclass

@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 
 from core._config import WorkloadConfig
-from core._errors import InvalidSampleError
+from core._errors import SpecperfError
 from core._workload import make_prompts
 
 
@@ -364,3 +364,19 @@ async def run_workload(
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)
+
+
+class InvalidSampleError(SpecperfError):
+    """A measured sample cannot be trusted (a request returned fewer tokens than asked, or failed).
+
+    Attributes:
+        sample: the :class:`core.Sample` as measured, with every request record kept.
+    """
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+        reasons = "; ".join(sample.invalid_reasons[:5])
+        more = len(sample.invalid_reasons) - 5
+        if more > 0:
+            reasons += f"; and {more} more"
+        super().__init__(f"sample invalid: {reasons}")

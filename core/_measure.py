@@ -17,7 +17,7 @@ import httpx
 from core._config import EngineConfig, HostConfig, WorkloadConfig
 from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
-from core._host import EngineHandle, Host, LocalHost
+from core._hosts import EngineHandle, Host, LocalHost
 from core._loadgen import RequestRecord, Sample, run_workload
 
 

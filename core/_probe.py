@@ -26,7 +26,7 @@ from pathlib import Path
 
 from core._config import HostConfig
 from core._errors import CommandTimeout, SpecperfError
-from core._host import Host, LocalHost
+from core._hosts import Host, LocalHost
 
 PROBE_SCRIPT = Path(__file__).with_name("_probe_script.py")
 SCHEMA = 1

@@ -32,14 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from core import _git
-from core._config import (
-    EngineConfig,
-    TriageArea,
-    TriageGate,
-    TriageModelRule,
-    TriageRules,
-)
-from core._host import Host
+from core._config import EngineConfig
+from core._hosts import Host
+from core._triage_rules import TriageArea, TriageGate, TriageModelRule, TriageRules
 
 DEPENDENCY_WEIGHT = 100.0
 OTHER_DEPENDENCY_WEIGHT = 20.0  # a dependency file that moves no watched pin

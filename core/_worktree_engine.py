@@ -13,7 +13,7 @@ import posixpath
 
 from core._config import EngineConfig
 from core._errors import CommandTimeout, EngineError
-from core._host import Host
+from core._hosts import Host
 
 _IMPORT_PROBE = (
     "import importlib, json, sys\n"

@@ -1,7 +1,8 @@
 """Opening the database: any SQLAlchemy URL, SQLite by default, migrated with Alembic.
 
 ``open_database(url)`` brings the schema to the newest Alembic revision (creating it on a
-new database) and returns a SQLAlchemy engine; sessions are ``sqlmodel.Session(engine)``.
+new database) and returns the database handle (a SQLAlchemy ``Engine``, called ``db`` throughout
+so it is never confused with an LLM engine); sessions are ``sqlmodel.Session(db)``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _alembic_config() -> AlembicConfig:
 
 
 def open_database(url: str) -> Engine:
-    """An engine for ``url`` with the schema migrated to the newest revision.
+    """The database handle (SQLAlchemy ``Engine``) for ``url`` with the schema migrated to the newest revision.
 
     Raises:
         StorageError: the URL is malformed, the server unreachable, the folder of a SQLite
@@ -47,10 +48,10 @@ def open_database(url: str) -> Engine:
     try:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url)
-        if engine.dialect.name == "sqlite":
-            event.listen(engine, "connect", _sqlite_pragmas)
-        with engine.begin() as connection:
+        db = create_engine(url)
+        if db.dialect.name == "sqlite":
+            event.listen(db, "connect", _sqlite_pragmas)
+        with db.begin() as connection:
             config = _alembic_config()
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
@@ -59,7 +60,7 @@ def open_database(url: str) -> Engine:
         for secret in secrets:
             detail = detail.replace(secret, "***")
         raise StorageError(f"cannot open database {safe}: {exc.__class__.__name__}: {detail}") from None
-    return engine
+    return db
 
 
 def _redacted(url: str) -> tuple[str, list[str]]:

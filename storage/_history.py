@@ -43,21 +43,21 @@ def _aware(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)  # SQLite drops the zone
 
 
-def load_series(engine: Engine, *, engine_name: str | None = None, host: str | None = None,
+def load_series(db: Engine, *, engine_name: str | None = None, host: str | None = None,
                 commit_order: dict[str, Sequence[str]] | Sequence[str] | None = None) -> list[Series]:
     """Every series in the database (optionally of one engine or host).
 
     Args:
-        engine: the database.
+        db: the database.
         engine_name, host: keep only these.
         commit_order: SHAs oldest first, for all engines, or ``{engine name: SHAs}``; an
             engine without one is ordered by run time.
 
     Returns:
-        Series sorted by (engine, host, mode, workload); only ``done`` runs and ``ok`` trials
+        Series sorted by (db, host, mode, workload); only ``done`` runs and ``ok`` trials
         count; a series has at least one point.
     """
-    with Session(engine) as session:
+    with Session(db) as session:
         query = select(Run).where(Run.status == "done").order_by(Run.created_at, Run.id)
         if engine_name:
             query = query.where(Run.engine_name == engine_name)
@@ -83,7 +83,7 @@ def load_series(engine: Engine, *, engine_name: str | None = None, host: str | N
         snapshot_of[run.base_sha if snap.phase == "arm-base" else run.head_sha] = snap.data
     verdicts_of: dict[tuple[int, str], VerdictRow] = {(v.run_id, v.mode): v for v in verdicts}
 
-    # (engine, host, mode, workload) -> sha -> collected figures
+    # (db, host, mode, workload) -> sha -> collected figures
     collected: dict[tuple, dict[str, dict]] = {}
     order_seen: dict[tuple, list[str]] = {}
     for run in runs:

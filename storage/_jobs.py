@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 
 from sqlalchemy import Engine, update
 from sqlalchemy.exc import IntegrityError
@@ -20,24 +21,11 @@ from storage._models import CommandRecord, Job, ScheduleTick, utcnow
 ACTIVE = ("queued", "running")
 
 
-def _owner_alive(owner: dict | None) -> bool:
-    """Whether the process that owns a job is alive; a job of another host counts as alive."""
-    if not owner or owner.get("host") != socket.gethostname():
-        return bool(owner)
-    try:
-        os.kill(owner["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def enqueue(engine: Engine, job: Job) -> Job | None:
+def enqueue(db: Engine, job: Job) -> Job | None:
     """Insert ``job`` as queued; ``None`` when a job with its ``dedupe_key`` already exists
     (a redelivered command)."""
     job.status = "queued"
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         session.add(job)
         try:
             session.commit()
@@ -47,12 +35,12 @@ def enqueue(engine: Engine, job: Job) -> Job | None:
         return job
 
 
-def claim_next(engine: Engine, host: str) -> Job | None:
+def claim_next(db: Engine, host: str) -> Job | None:
     """Mark the next queued job of ``host`` (lowest ``priority``, then oldest) running, owned by
     this process, and return it; ``None`` when none is queued. Atomic: a job is claimed by one
     caller only."""
     owner = {"pid": os.getpid(), "host": socket.gethostname()}
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         while True:
             job_id = session.exec(select(Job.id).where(Job.host == host, Job.status == "queued")
                                   .order_by(Job.priority, Job.id).limit(1)).first()
@@ -65,15 +53,15 @@ def claim_next(engine: Engine, host: str) -> Job | None:
                 return session.get(Job, job_id, populate_existing=True)
 
 
-def get_job(engine: Engine, job_id: int) -> Job | None:
+def get_job(db: Engine, job_id: int) -> Job | None:
     """The job ``job_id`` or ``None``."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         return session.get(Job, job_id)
 
 
-def job_for_run(engine: Engine, run_id: int) -> Job | None:
+def job_for_run(db: Engine, run_id: int) -> Job | None:
     """The job that made run ``run_id``, or ``None``."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         return session.exec(select(Job).where(Job.run_id == run_id)).first()
 
 
@@ -89,9 +77,9 @@ def run_threads(db: Engine, run_ids: list[int]) -> dict[int, tuple[str, str]]:
                 for j in jobs if (j.slack or {}).get("thread_ts")}
 
 
-def update_job(engine: Engine, job_id: int, **fields) -> Job:
+def update_job(db: Engine, job_id: int, **fields) -> Job:
     """Set ``fields`` on job ``job_id`` (``slack`` is merged, not replaced) and return it."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         job = session.get(Job, job_id)
         for key, value in fields.items():
             setattr(job, key, {**job.slack, **value} if key == "slack" else value)
@@ -102,35 +90,35 @@ def update_job(engine: Engine, job_id: int, **fields) -> Job:
         return job
 
 
-def cancel_queued(engine: Engine, job_id: int, reason: str) -> bool:
+def cancel_queued(db: Engine, job_id: int, reason: str) -> bool:
     """Cancel job ``job_id`` if it is still queued (atomic); whether it was."""
-    with Session(engine) as session:
+    with Session(db) as session:
         done = session.execute(update(Job).where(Job.id == job_id, Job.status == "queued")
                                .values(status="cancelled", reason=reason, finished_at=utcnow()))
         session.commit()
         return done.rowcount == 1
 
 
-def list_jobs(engine: Engine, statuses: tuple[str, ...] = ACTIVE, host: str | None = None,
+def list_jobs(db: Engine, statuses: tuple[str, ...] = ACTIVE, host: str | None = None,
               limit: int = 50) -> list[Job]:
     """Jobs in ``statuses`` (optionally of one host), oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         query = select(Job).where(Job.status.in_(statuses)).order_by(Job.id).limit(limit)
         if host:
             query = query.where(Job.host == host)
         return list(session.exec(query))
 
 
-def orphaned_jobs(engine: Engine) -> list[Job]:
+def orphaned_jobs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[Job]:
     """Jobs marked running whose bot process (on this machine) is gone: what a crash left."""
-    return [job for job in list_jobs(engine, ("running",), limit=10_000) if not _owner_alive(job.owner)]
+    return [job for job in list_jobs(db, ("running",), limit=10_000) if not (job.owner and owner_alive(job.owner))]
 
 
-def requeue_or_fail(engine: Engine, job_id: int, requeue: bool, reason: str) -> str:
+def requeue_or_fail(db: Engine, job_id: int, requeue: bool, reason: str) -> str:
     """Close an orphaned job as interrupted with ``reason``, then queue it again (keeping its
     place: the queue is by id) if ``requeue`` and it was never re-queued before, else fail it.
     Returns the new status, ``queued`` or ``failed``."""
-    with Session(engine) as session:
+    with Session(db) as session:
         job = session.get(Job, job_id)
         job.status, job.reason = "interrupted", reason
         session.add(job)
@@ -146,38 +134,38 @@ def requeue_or_fail(engine: Engine, job_id: int, requeue: bool, reason: str) -> 
         return job.status
 
 
-def record_command(engine: Engine, user_id: str, channel_id: str, team_id: str, command: str,
+def record_command(db: Engine, user_id: str, channel_id: str, team_id: str, command: str,
                    result: str, job_id: int | None = None) -> None:
     """Append one command to the audit table."""
-    with Session(engine) as session:
+    with Session(db) as session:
         session.add(CommandRecord(user_id=user_id, channel_id=channel_id, team_id=team_id, command=command,
                                   result=result, job_id=job_id))
         session.commit()
 
 
-def list_commands(engine: Engine, limit: int = 100) -> list[CommandRecord]:
+def list_commands(db: Engine, limit: int = 100) -> list[CommandRecord]:
     """The newest audited commands, oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         rows = list(session.exec(select(CommandRecord).order_by(CommandRecord.id.desc()).limit(limit)))
         return rows[::-1]
 
 
-def watch_jobs(engine: Engine, watch: str, limit: int = 20) -> list[Job]:
+def watch_jobs(db: Engine, watch: str, limit: int = 20) -> list[Job]:
     """The jobs queued by watch ``watch``, newest first (any status)."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         return list(session.exec(select(Job).where(Job.watch == watch).order_by(Job.id.desc()).limit(limit)))
 
 
-def record_tick(engine: Engine, schedule_id: str, result: str, job_id: int | None = None) -> None:
+def record_tick(db: Engine, schedule_id: str, result: str, job_id: int | None = None) -> None:
     """Append one run of scheduled job ``schedule_id`` to the schedule log."""
-    with Session(engine) as session:
+    with Session(db) as session:
         session.add(ScheduleTick(schedule_id=schedule_id, result=result, job_id=job_id))
         session.commit()
 
 
-def list_ticks(engine: Engine, schedule_id: str | None = None, limit: int = 100) -> list[ScheduleTick]:
+def list_ticks(db: Engine, schedule_id: str | None = None, limit: int = 100) -> list[ScheduleTick]:
     """The newest runs of scheduled jobs (of ``schedule_id`` only, if given), oldest first."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(db, expire_on_commit=False) as session:
         query = select(ScheduleTick).order_by(ScheduleTick.id.desc()).limit(limit)
         if schedule_id:
             query = query.where(ScheduleTick.schedule_id == schedule_id)

@@ -27,7 +27,6 @@ from core import (
     TrialResult,
     Verdict,
 )
-from core._host_agent import pid_alive
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 
 
@@ -38,8 +37,8 @@ class RunStore(CompareObserver):
     engine's pgid is stored as soon as it is launched) and after a crash.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, db: Engine) -> None:
+        self.db = db
         self.run_id: int | None = None
         self._arms: dict[CoreArm, int] = {}
         self._trials: dict[int, int] = {}  # launch seq -> trial id
@@ -47,7 +46,7 @@ class RunStore(CompareObserver):
 
     def create(self, request: CompareRequest, base_sha: str, head_sha: str, extra: dict | None = None) -> int:
         """Insert the run (status running) and return its id; ``extra`` is merged into its settings."""
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             run = Run(
                 engine_name=request.engine_name, workload_name=request.workload_name,
                 base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
@@ -71,7 +70,7 @@ class RunStore(CompareObserver):
         return self._arms[arm]
 
     def trial_launched(self, arm, seq, process) -> None:
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             row = Trial(run_id=self.run_id, arm_id=self._arm_id(session, arm), seq=seq, pgid=process.pgid,
                         argv=process.argv, log_path=str(process.log_path))
             session.add(row)
@@ -83,7 +82,7 @@ class RunStore(CompareObserver):
 
     def trial_finished(self, arm, seq, trial: TrialResult) -> None:
         sample, figures = trial.sample, trial.engine
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             row = session.get(Trial, self._trials[seq])
             row.status = "ok"
             row.ready_s = trial.ready_s
@@ -106,7 +105,7 @@ class RunStore(CompareObserver):
             session.commit()
 
     def trial_failed(self, arm, seq, error: str) -> None:
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             if seq in self._trials:
                 row = session.get(Trial, self._trials[seq])
             else:  # failed before launch (no build, no import)
@@ -117,7 +116,7 @@ class RunStore(CompareObserver):
             session.commit()
 
     def verdicts_updated(self, verdicts: dict[str, Verdict]) -> None:
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             for old in session.exec(select(VerdictRow).where(VerdictRow.run_id == self.run_id)):
                 session.delete(old)
             for mode, verdict in verdicts.items():
@@ -125,7 +124,7 @@ class RunStore(CompareObserver):
             session.commit()
 
     def finished(self, result: CompareResult) -> None:
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             run = session.get(Run, self.run_id)
             run.status = result.status
             run.reason = result.reason
@@ -147,7 +146,7 @@ class RunStore(CompareObserver):
     def snapshot(self, phase: str, data: dict, seq: int | None) -> None:
         """Store an environment snapshot: ``arm-base``/``arm-head`` (full, per arm) or
         ``before``/``after`` a launch (cheap; linked to that trial once it exists)."""
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             row = EnvSnapshot(run_id=self.run_id, trial_id=self._trials.get(seq), phase=phase, data=data)
             session.add(row)
             session.commit()
@@ -161,15 +160,15 @@ class BisectStore(BisectObserver):
     :class:`RunStore`), linked both ways; ``compare_runs`` maps each step number to its compare
     run's id. Every hook commits at once."""
 
-    def __init__(self, engine: Engine, request: BisectRequest,
+    def __init__(self, db: Engine, request: BisectRequest,
                  compare_store: Callable[[Engine], RunStore] = RunStore) -> None:
-        self.engine, self.request, self.compare_store = engine, request, compare_store
+        self.db, self.request, self.compare_store = db, request, compare_store
         self.run_id: int | None = None
         self.compare_runs: dict[int, int] = {}  # step number -> the id of that step's compare run
 
     def started(self, good_sha: str, bad_sha: str, commits: list[str]) -> None:
         r = self.request
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             run = Run(
                 kind="bisect", engine_name=r.engine_name, workload_name=r.workload_name, host=r.host.name,
                 base_ref=r.good_ref, base_sha=good_sha, head_ref=r.bad_ref, head_sha=bad_sha, modes=[r.mode],
@@ -183,14 +182,14 @@ class BisectStore(BisectObserver):
             self.run_id = run.id
 
     def compare_observer(self, step: BisectStep, request: CompareRequest) -> CompareObserver:
-        store = self.compare_store(self.engine)
+        store = self.compare_store(self.db)
         self.compare_runs[step.number] = store.create(
             request, step.base_sha, step.head_sha,
             extra={"bisect": {"run_id": self.run_id, "step": step.number, "kind": step.kind}})
         return store
 
     def _update(self, changes: dict, **fields) -> None:
-        with Session(self.engine) as session:
+        with Session(self.db) as session:
             run = session.get(Run, self.run_id)
             bisect = dict(run.settings["bisect"])
             for key, value in changes.items():
@@ -225,9 +224,9 @@ class StoredRun:
     snapshots: list[EnvSnapshot]
 
 
-def load_run(engine: Engine, run_id: int) -> StoredRun | None:
+def load_run(db: Engine, run_id: int) -> StoredRun | None:
     """The run ``run_id`` with everything recorded about it, or ``None``."""
-    with Session(engine) as session:
+    with Session(db) as session:
         run = session.get(Run, run_id)
         if run is None:
             return None
@@ -238,9 +237,9 @@ def load_run(engine: Engine, run_id: int) -> StoredRun | None:
         return StoredRun(run, arms, trials, verdicts, snapshots)
 
 
-def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -> list[tuple[Run, list[VerdictRow]]]:
+def list_runs(db: Engine, engine_name: str | None = None, limit: int = 20) -> list[tuple[Run, list[VerdictRow]]]:
     """The newest runs (optionally of one engine) with their verdicts, newest first."""
-    with Session(engine) as session:
+    with Session(db) as session:
         query = select(Run).order_by(Run.id.desc()).limit(limit)
         if engine_name:
             query = query.where(Run.engine_name == engine_name)
@@ -250,23 +249,23 @@ def list_runs(engine: Engine, engine_name: str | None = None, limit: int = 20) -
 
 
 
-def abandoned_runs(engine: Engine) -> list[tuple[Run, list[Trial]]]:
-    """Runs still marked running whose specperf process (on this host) is gone, each with
-    its trials still marked running: what a killed or crashed specperf left behind."""
-    host = socket.gethostname()
-    with Session(engine) as session:
+def abandoned_runs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[tuple[Run, list[Trial]]]:
+    """Runs still marked running whose specperf process is gone (``owner_alive`` of the run's
+    recorded owner ``{"pid", "host"}`` is false), each with its trials still marked running:
+    what a killed or crashed specperf left behind. A run without a recorded owner is left alone."""
+    with Session(db) as session:
         found = []
         for run in session.exec(select(Run).where(Run.status == "running")):
             owner = (run.settings or {}).get("owner") or {}
-            if owner.get("host") == host and owner.get("pid") and not pid_alive(owner["pid"]):
+            if owner and not owner_alive(owner):
                 trials = list(session.exec(select(Trial).where(Trial.run_id == run.id, Trial.status == "running")))
                 found.append((run, trials))
         return found
 
 
-def mark_abandoned(engine: Engine, run_id: int, reason: str) -> None:
+def mark_abandoned(db: Engine, run_id: int, reason: str) -> None:
     """Close an abandoned run and its running trials as interrupted, with ``reason``."""
-    with Session(engine) as session:
+    with Session(db) as session:
         run = session.get(Run, run_id)
         run.status, run.reason, run.finished_at = "interrupted", reason, utcnow()
         for trial in session.exec(select(Trial).where(Trial.run_id == run_id, Trial.status == "running")):

@@ -11,6 +11,8 @@ import pytest
 
 import core
 import storage
+from bot import parse_config as parse_bot_config
+from bot._common import owner_alive
 from bot._slack_commands import UsageError, parse
 from tests.conftest import ROOT
 
@@ -57,7 +59,7 @@ users = ["U3"]
 
 def test_slack_config_expands_tokens_hides_them_and_checks_allow_lists(monkeypatch):
     monkeypatch.setenv("TEST_BOT_TOKEN", "xoxb-very-secret")
-    config = core.parse_config(SLACK)
+    config = parse_bot_config(SLACK)
     assert config.slack.bot_token.get_secret_value() == "xoxb-very-secret"
     assert "xoxb-very-secret" not in repr(config) and "s3cret-value" not in str(config.slack)
     allow = config.slack.allow
@@ -65,7 +67,7 @@ def test_slack_config_expands_tokens_hides_them_and_checks_allow_lists(monkeypat
     assert allow.allows("U2", "C2", "gpu", None) and not allow.allows("U2", "C2", "local", "e")
     assert allow.allows("U3", "C1", "local", "e") and not allow.allows("U3", "C2", "local", "e")
     assert not allow.allows("U9", "C1") and not allow.allows("U1", "C9")
-    assert not core.parse_config('[slack]\nbot_token = "x"\n').slack.allow.allows("U1", "C1")  # nobody by default
+    assert not parse_bot_config('[slack]\nbot_token = "x"\n').slack.allow.allows("U1", "C1")  # nobody by default
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -77,7 +79,7 @@ def test_slack_config_expands_tokens_hides_them_and_checks_allow_lists(monkeypat
 ])
 def test_slack_config_mistakes_are_errors(bad, message):
     with pytest.raises(core.ConfigError) as info:
-        core.parse_config(bad, "t.toml")
+        parse_bot_config(bad, "t.toml")
     assert message in str(info.value)
 
 
@@ -131,9 +133,8 @@ def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
     storage.update_job(db, first.id, slack={"thread_ts": "1.2"})
     storage.update_job(db, first.id, slack={"progress_ts": "1.3"})
     assert storage.get_job(db, first.id).slack == {"channel": "C", "thread_ts": "1.2", "progress_ts": "1.3"}
-    assert storage.orphaned_jobs(db) == []  # its owner (this process) is alive
-    monkeypatch.setattr("storage._jobs._owner_alive", lambda owner: False)
-    assert [j.id for j in storage.orphaned_jobs(db)] == [first.id]
+    assert storage.orphaned_jobs(db, owner_alive) == []  # its owner (this process) is alive
+    assert [j.id for j in storage.orphaned_jobs(db, lambda owner: False)] == [first.id]
     assert storage.requeue_or_fail(db, first.id, True, "crash") == "queued"
     assert [j.id for j in storage.list_jobs(db, ("queued",))] == [first.id, second.id]  # it keeps its place
     storage.record_command(db, "U", "C", "T1", "compare slow", "queued job 1", first.id)

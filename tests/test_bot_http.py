@@ -11,6 +11,7 @@ import pytest
 
 import core
 import storage
+from bot import load_config as load_bot_config
 from bot._slack_app import SlackBot
 from tests.bot_support import (
     check_verdict_thread,
@@ -30,7 +31,7 @@ async def make_bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
     bots = []
 
     async def start(**kwargs):
-        config = core.load_config(write_config(tmp_path, repo[0], unused_tcp_port, emulator.api_url, **kwargs))
+        config = load_bot_config(write_config(tmp_path, repo[0], unused_tcp_port, emulator.api_url, **kwargs))
         db = storage.open_database(f"sqlite:///{tmp_path}/bot.db")
         bot = SlackBot(config, db)
         await bot.start()
@@ -264,7 +265,7 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
 async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emulator, unused_tcp_port, monkeypatch):
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     shas = make_repo(tmp_path / "history", linear_history(n=4, slow=3))
-    config = core.load_config(write_config(tmp_path, tmp_path / "history", unused_tcp_port, emulator.api_url, trials=4))
+    config = load_bot_config(write_config(tmp_path, tmp_path / "history", unused_tcp_port, emulator.api_url, trials=4))
     bot = SlackBot(config, storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
     await bot.start()
     try:

@@ -9,14 +9,18 @@ import pytest
 
 import core
 import storage
-from bot._slack_app import SlackBot, SlackNotifier, web_client
+from bot import SlackConfig
+from bot import load_config as load_bot_config
+from bot._slack_app import SlackBot
+from bot._slack_client import web_client
+from bot._slack_notifier import SlackNotifier
 from tests.bot_support import wait_for, write_config
 from tests.slack_emulator import slash_body
 
 
 async def _bot(tmp_path, repo, emulator, port, monkeypatch, **kwargs) -> SlackBot:
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
-    config = core.load_config(write_config(tmp_path, repo[0], port, emulator.api_url, **kwargs))
+    config = load_bot_config(write_config(tmp_path, repo[0], port, emulator.api_url, **kwargs))
     bot = SlackBot(config, storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
     await bot.start()
     return bot
@@ -49,7 +53,7 @@ async def test_socket_mode_envelopes_are_acked_and_run(tmp_path, repo, emulator,
 
 
 async def test_a_burst_of_429s_and_500s_loses_no_message_and_keeps_the_pace(tmp_path, emulator):
-    slack = core.SlackConfig(bot_token="xoxb-t", api_url=emulator.api_url, channel_interval_s=1.0)
+    slack = SlackConfig(bot_token="xoxb-t", api_url=emulator.api_url, channel_interval_s=1.0)
     notifier = SlackNotifier(web_client(slack), slack, db=None)
     emulator.script("chat.postMessage", 429, 429, 500, 429)
     texts = [f"message {i}" for i in range(5)]

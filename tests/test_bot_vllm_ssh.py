@@ -14,7 +14,8 @@ import pytest
 
 import core
 import storage
-from bot._common import load
+from bot import load_config
+from bot import parse_config as parse_bot_config
 from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for
 from tests.slack_emulator import SIGNING_SECRET
@@ -27,8 +28,8 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    default = load(None)  # the embedded CPU test engine, its repo with the planted branches
-    slack = core.parse_config(
+    default = load_config()  # the embedded CPU test engine, its repo with the planted branches
+    slack = parse_bot_config(
         f'[slack]\nmode = "http"\nbot_token = "xoxb-test"\napp_token = "xapp-test"\nsigning_secret = "{SIGNING_SECRET}"\n'
         f'http_host = "127.0.0.1"\nhttp_port = 0\napi_url = "{emulator.api_url}"\n'
         '[slack.allow]\nusers = ["U_ALLOWED"]\nchannels = ["C_ALLOWED"]\n').slack

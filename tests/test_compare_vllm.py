@@ -12,7 +12,7 @@ import pytest
 
 import core
 import storage
-from bot._common import load
+from bot import load_config
 from tests.conftest import group_members, local_host
 
 # A two-mode compare is 16 to 32 launches of about 35 s each.
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
 def plan(testenv, monkeypatch, tmp_path, unused_tcp_port):
     monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
     monkeypatch.chdir(tmp_path)
-    config = load(None)
+    config = load_config()
     engine = config.engine("tiny-vllm").model_copy(update={"port": unused_tcp_port})
 
     def make(head: str, modes: list[str]) -> core.CompareRequest:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from bot._common import load
+from bot import load_config as load_bot_config
 from core import ConfigError, load_config, parse_config
 from tests.conftest import SPECPERF
 
@@ -82,7 +82,7 @@ def test_embedded_default_describes_the_test_engine(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SPECPERF_CONFIG", raising=False)
     monkeypatch.setenv("SPECPERF_TESTENV", "/opt/testenv")
-    config = load(None)
+    config = load_bot_config()
     engine = config.engine("tiny-vllm")
     assert engine.python == "/opt/testenv/engine-venv/bin/python"
     assert {"baseline", "eagle3", "eagle3-unrelated"} <= set(engine.modes)

@@ -29,7 +29,9 @@ import pytest
 import core
 import storage
 from bot._scheduler import ScheduleContext, summary_tick
-from bot._slack_app import SlackNotifier, web_client
+from bot import load_config as load_bot_config
+from bot._slack_client import web_client
+from bot._slack_notifier import SlackNotifier
 from bot._summary_blocks import summary_blocks
 from core._summary import _stored_marks
 from tests.bot_support import write_config
@@ -182,7 +184,7 @@ async def test_the_scheduled_summary_has_one_section_per_finding_linked_to_its_t
         config_path = write_config(tmp_path, repo, 9, emulator.api_url)
         config_path.write_text(config_path.read_text() + '[schedule]\nsummary_cron = "0 9 * * 1"\n'
                                'channel = "C_SUMMARY"\nperiod = "daily"\n')
-        config = core.load_config(config_path)
+        config = load_bot_config(config_path)
         notifier = SlackNotifier(web_client(config.slack), config.slack, db)
         from bot._jobs import JobQueue
 

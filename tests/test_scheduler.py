@@ -20,6 +20,8 @@ from sqlmodel import Session, select
 
 import core
 import storage
+from bot import load_config as load_bot_config
+from bot import parse_config as parse_bot_config
 from bot._jobs import JobQueue
 from bot._scheduler import (
     BotScheduler,
@@ -29,7 +31,8 @@ from bot._scheduler import (
     watch_id,
     watch_tick,
 )
-from bot._slack_app import SlackNotifier, web_client
+from bot._slack_client import web_client
+from bot._slack_notifier import SlackNotifier
 from tests.bot_support import wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, local_host
 from tests.fake_engine_repo import _git, fake_engine, linear_history, make_repo
@@ -57,7 +60,7 @@ def _commit(repo, text: str) -> str:
 def _config(tmp_path, repo, api_url: str, extra: str) -> core.Config:
     path = write_config(tmp_path, repo, 9, api_url)
     path.write_text(path.read_text() + extra)
-    return core.load_config(path)
+    return load_bot_config(path)
 
 
 def _jobs(db) -> list[storage.Job]:
@@ -79,12 +82,12 @@ def test_cron_expressions_read_as_crontab():
     with pytest.raises(core.ConfigError, match="61"):
         cron_trigger("61 * * * *", "UTC")
     with pytest.raises(core.ConfigError, match="unknown key 'schedule.cron'"):
-        core.parse_config('[schedule]\ncron = "* * * * *"\n')
+        parse_bot_config('[schedule]\ncron = "* * * * *"\n')
     with pytest.raises(core.ConfigError, match="watches.0.cron: must be a cron expression of 5 fields"):
-        core.parse_config('[engines.e]\nkind = "command"\ncommand = ["x"]\nrepo = "/r"\n'
+        parse_bot_config('[engines.e]\nkind = "command"\ncommand = ["x"]\nrepo = "/r"\n'
                           '[schedule]\nchannel = "C"\n[[watches]]\nengine = "e"\ncron = "* *"\n')
     with pytest.raises(core.ConfigError, match=r"watches\[0\] \(e-main\): engine 'e' has no mode eagle3"):
-        core.parse_config('[engines.e]\nkind = "command"\ncommand = ["x"]\nrepo = "/r"\n'
+        parse_bot_config('[engines.e]\nkind = "command"\ncommand = ["x"]\nrepo = "/r"\n'
                           '[schedule]\nchannel = "C"\n[[watches]]\nengine = "e"\ncron = "* * * * *"\nmodes = ["eagle3"]\n')
 
 
@@ -93,7 +96,7 @@ def test_the_readme_example_is_a_valid_config():
     example = readme.split("### Schedules and watches")[1].split("```toml")[1].split("```")[0]
     engine = ('[hosts.h200-a]\nssh = "root@gpu-a.example"\n[engines.sglang-k2]\nkind = "sglang"\nhost = "h200-a"\n'
               'repo = "/data/sglang"\nmodel = "/models/k2"\n[engines.sglang-k2.modes]\nbaseline = []\neagle3 = []\n')
-    config = core.parse_config(engine + example)
+    config = parse_bot_config(engine + example)
     assert (config.schedule.since_days, config.watches[0].name, config.watches[0].host) == (7, "sglang-main", "h200-a")
     assert str(cron_trigger(config.schedule.summary_cron, config.schedule.timezone)) == \
         "cron[month='*', day='*', day_of_week='mon', hour='9', minute='0', second='0']"
@@ -380,7 +383,7 @@ async def test_a_watch_job_runs_in_the_bot_and_reports_in_the_watch_channel(tmp_
     _git(repo, "reset", "-q", "--hard", shas["slow"])  # the branch's head: slow, measured against noop
     path = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url)
     path.write_text(path.read_text() + _watch("*/2 * * * * *"))
-    bot = SlackBot(core.load_config(path), storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
+    bot = SlackBot(load_bot_config(path), storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
     await bot.start()
     try:
         assert bot.schedules.status == "running 1 schedule(s): watch:nightly"

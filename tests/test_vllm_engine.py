@@ -13,7 +13,7 @@ import signal
 import psutil
 import pytest
 
-from bot._common import load
+from bot import load_config
 from core import EngineError, InvalidSampleError, WorkloadConfig, measure
 from tests.conftest import group_members
 
@@ -26,7 +26,7 @@ WORKLOAD = WorkloadConfig(prompt_words=16, output_len=64, concurrency=2, request
 def engine(testenv, monkeypatch, tmp_path, unused_tcp_port):
     monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
     monkeypatch.chdir(tmp_path)  # no ./specperf.toml: the embedded default config
-    return load(None).engine("tiny-vllm").model_copy(update={"port": unused_tcp_port})
+    return load_config().engine("tiny-vllm").model_copy(update={"port": unused_tcp_port})
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,254 @@
+"""The ``/specperf`` commands of the Slack bot: each one acknowledged first from the text and
+the config alone (parse, resolve the target, authorise against ``[slack.allow]``), then run
+after the ack (git, the database, the queue), audited, and answered ephemerally. Compare and
+bisect become jobs in the host's queue; status, queue, cancel, history and env answer at once.
+
+Every command is acknowledged first, from the text and the config alone (parse, authorise),
+before any I/O; git, the database and the Web API come after the ack. Usage errors and
+refusals are the ack's ephemeral text, and nothing is queued for them. Every command is
+recorded in the audit table (who, what, when, result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+import core
+import storage
+from bot._common import fmt, pick
+from bot._jobs import JobQueue, compare_request
+from bot._slack_commands import HELP, Command, UsageError, parse
+
+log = logging.getLogger("specperf.bot")
+from bot._slack_notifier import SlackNotifier, queued_by
+
+IO_SLOTS = 2  # commands doing database or git work at once, after their ack
+
+
+class SlackCommands:
+    """The command handlers: ``await handle(ack, body, respond)`` for each ``/specperf``
+    request the transport passes on; ``cancel()`` stops the ones still running."""
+
+    def __init__(self, config, db, queue: JobQueue, notifier: SlackNotifier) -> None:
+        self.config, self.db, self.slack = config, db, config.slack
+        self.queue, self.notifier = queue, notifier
+        self._tasks: set[asyncio.Task] = set()
+        self._io_slots = asyncio.Semaphore(IO_SLOTS)
+
+    def cancel(self) -> None:
+        """Cancel every command still running after its ack."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _io(self, fn, /, *args, **kwargs):
+        """``fn(*args, **kwargs)`` in a thread, at most :data:`IO_SLOTS` commands at a time: a burst
+        of commands' database and git work (GIL-bound ORM code) cannot starve the event loop
+        that sends the next acks."""
+        async with self._io_slots:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+    def _target(self, cmd: Command) -> tuple[str | None, str | None]:
+        """(host, engine) a command acts on, from the config alone; ``None`` for any.
+
+        Raises:
+            UsageError: an unknown engine or host.
+        """
+        host = engine = None
+        if cmd.name in ("compare", "bisect"):
+            try:
+                engine = pick(self.config.engines, cmd.engine, "engine")
+                spec = self.config.engine(engine)
+            except core.ConfigError as exc:
+                raise UsageError(str(exc)) from None
+            host = cmd.host or spec.host
+            if cmd.name == "bisect":
+                cmd.options["mode"] = cmd.mode or ("baseline" if "baseline" in spec.modes else next(iter(spec.modes)))
+            modes = [cmd.mode] if cmd.name == "bisect" else \
+                cmd.modes or [m for m in self.config.compare.modes if m in spec.modes]
+            missing = [m for m in modes if m not in spec.modes]
+            if missing or not modes:
+                raise UsageError(f"engine {engine!r} has no mode {', '.join(missing) or '(none chosen)'} "
+                                 f"(its modes: {', '.join(spec.modes)})")
+            cmd.options["modes"] = modes
+        elif cmd.name == "env":
+            host = cmd.host or "local"
+        elif cmd.name == "history" and cmd.engine:
+            engine = cmd.engine
+            if engine not in self.config.engines:
+                raise UsageError(f"no engine named {engine!r} (known: {', '.join(sorted(self.config.engines))})")
+        if host is not None:
+            if host not in self.config.hosts:
+                raise UsageError(f"no host named {host!r} (known hosts: {', '.join(sorted(self.config.hosts))})")
+        return host, engine
+
+    async def handle(self, ack, body: dict, respond) -> None:
+        """Acknowledge one ``/specperf`` request, then run it in a task."""
+        text = (body.get("text") or "").strip()
+        who = (body.get("user_id", ""), body.get("channel_id", ""), body.get("team_id", ""))
+        try:
+            cmd = parse(text)
+            host, engine = self._target(cmd)
+        except UsageError as exc:
+            await ack(response_type="ephemeral", text=f"usage error: {exc}")
+            self._audit(who, text, f"usage error: {str(exc).splitlines()[0]}")
+            return
+        if cmd.name == "help":
+            await ack(response_type="ephemeral", text=HELP)
+            self._audit(who, text, "help")
+            return
+        if not self.slack.allow.allows(who[0], who[1], host, engine):
+            where = " and ".join(x for x in (f"host {host}" if host else "", f"engine {engine}" if engine else "") if x)
+            await ack(response_type="ephemeral",
+                      text=f"refused: <@{who[0]}> in this channel is not allowed to use specperf"
+                           f"{' on ' + where if where else ''}; ask an admin to add you to [slack.allow] "
+                           "(user and channel IDs)")
+            self._audit(who, text, "refused: not on the allow-list")
+            return
+        await ack(response_type="ephemeral", text=f"`/specperf {text}`: working on it")
+        task = asyncio.create_task(self._execute(cmd, who, text, body, respond, host, engine))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _audit(self, who: tuple[str, str, str], text: str, result: str, job_id: int | None = None) -> None:
+        task = asyncio.create_task(self._io(storage.record_command, self.db, *who, text, result, job_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, cmd, who, text, body, respond, host, engine) -> None:
+        try:
+            handler = getattr(self, f"_cmd_{cmd.name}")
+            reply, result, job_id = await handler(cmd, who, body, host, engine)
+        except core.SpecperfError as exc:
+            reply, result, job_id = f"error: {exc}", f"error: {str(exc).splitlines()[0]}", None
+        except Exception as exc:  # one command's bug must not take the bot down
+            log.exception("command %r failed", text)
+            reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}", None
+        self._audit(who, text, result, job_id)
+        if reply and body.get("response_url"):
+            try:
+                await respond(response_type="ephemeral", text=reply)
+            except Exception as exc:  # the ack went out; a lost ephemeral line is logged
+                log.warning("ephemeral reply failed: %s", exc)
+
+    def _job(self, kind: str, who, body, host: str, engine: str, args: dict) -> storage.Job:
+        workload = pick(self.config.workloads, None, "workload", default="default")
+        return storage.Job(kind=kind, host=host, engine_name=engine, workload_name=workload, user_id=who[0],
+                           channel_id=who[1], team_id=who[2],
+                           dedupe_key=f"{who[2]}:{body['trigger_id']}" if body.get("trigger_id") else None,
+                           args=args, slack={"channel": who[1], "response_url": body.get("response_url")})
+
+    async def _cmd_compare(self, cmd, who, body, host, engine):
+        job = self._job("compare", who, body, host, engine,
+                        {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds})
+        request = compare_request(self.config, job, self.queue.host(host))
+        try:
+            base_sha, head_sha = await core.resolve_refs(request)
+        except core.GitError as exc:
+            return f"usage error: {exc}", f"usage error: {exc}", None
+        job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
+        base = cmd.base or f"{cmd.commit}^"
+        return await self._queue(job, who, body, f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` "
+                                 f"({base_sha[:10]}) on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}")
+
+    async def _cmd_bisect(self, cmd, who, body, host, engine):
+        job = self._job("bisect", who, body, host, engine, {"good_ref": cmd.good, "bad_ref": cmd.bad, "mode": cmd.mode})
+        target = self.queue.host(host)
+        repo = self.config.engine(engine).repo
+        try:
+            if not repo:
+                raise core.GitError(f"engine {engine!r} has no repo")
+            good = await core.resolve_commit(target, repo, cmd.good)
+            bad = await core.resolve_commit(target, repo, cmd.bad)
+            commits = await core.first_parent_range(target, repo, good, bad)
+        except core.GitError as exc:
+            return f"usage error: {exc}", f"usage error: {exc}", None
+        return await self._queue(job, who, body, f"<@{who[0]}> bisect `{cmd.good}` ({good[:10]}) .. `{cmd.bad}` "
+                                 f"({bad[:10]}), {len(commits)} commits, mode {cmd.mode}, on host `{host}`, engine "
+                                 f"`{engine}`")
+
+    async def _queue(self, job: storage.Job, who, body, text: str):
+        """Queue ``job`` and post its parent message (``text`` plus the job and its place)."""
+        host = job.host
+        async with self._io_slots:
+            queued = await self.queue.submit(job, wake=False)
+        if queued is None:
+            return None, "redelivery: already queued", None
+        ready = self.notifier.parent_ready[queued.id] = asyncio.Event()
+        try:
+            ahead = sum(1 for j in await self._io(storage.list_jobs, self.db, host=host) if j.id < queued.id)
+            text += f": job {queued.id}, " + (f"{ahead} job(s) ahead" if ahead else "next to run")
+            sent = await self.notifier.post(who[1], text=text)
+            if sent is not None:
+                await self._io(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})
+            else:
+                await AsyncWebhookClient(body["response_url"]).send(
+                    response_type="in_channel", text=text + " (invite the bot to this channel for threaded progress)")
+        finally:
+            ready.set()
+            self.queue.wake(host)
+        return None, f"queued job {queued.id}", queued.id
+
+    async def _cmd_status(self, cmd, who, body, host, engine):
+        jobs = ([await self._io(storage.get_job, self.db, cmd.job)] if cmd.job
+                else await self._io(storage.list_jobs, self.db, ("running",)))
+        jobs = [j for j in jobs if j is not None]
+        if not jobs:
+            return ("no such job" if cmd.job else "no job is running"), "status", None
+        lines = []
+        for job in jobs:
+            line = (f"job {job.id} ({job.status}): compare `{job.args.get('head_ref')}` on host `{job.host}`, "
+                    f"engine `{job.engine_name}`, by {queued_by(job)}")
+            if job.run_id:
+                stored = await self._io(storage.load_run, self.db, job.run_id)
+                ok = sum(1 for t in stored.trials if t.status == "ok")
+                verdicts = ", ".join(f"{v.mode} {v.verdict}" for v in stored.verdicts) or "no verdict yet"
+                line += f"; run {job.run_id} ({stored.run.status}): {ok} launches done, {verdicts}"
+            if job.reason:
+                line += f"; {job.reason}"
+            lines.append(line)
+        return "\n".join(lines), "status", None
+
+    async def _cmd_queue(self, cmd, who, body, host, engine):
+        jobs = await self._io(storage.list_jobs, self.db)
+        if not jobs:
+            return "the queue is empty", "queue", None
+        by_host: dict[str, list[str]] = {}
+        for job in jobs:
+            by_host.setdefault(job.host, []).append(
+                f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}")
+        return "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
+
+    async def _cmd_cancel(self, cmd, who, body, host, engine):
+        job = await self._io(storage.get_job, self.db, cmd.job)
+        if job is None:
+            return f"there is no job {cmd.job}", "cancel: no such job", None
+        if not self.slack.allow.allows(who[0], who[1], job.host, job.engine_name):
+            return f"refused: you may not cancel jobs on host {job.host}", "refused: cancel", job.id
+        outcome = await self.queue.cancel(job.id, f"cancelled by <@{who[0]}>")
+        return outcome, outcome, job.id
+
+    async def _cmd_history(self, cmd, who, body, host, engine):
+        runs = await self._io(storage.list_runs, self.db, engine, 10)
+        if not runs:
+            return "no runs yet", "history", None
+        lines = [f"run {run.id} {run.created_at:%Y-%m-%d %H:%M} {run.engine_name} `{run.head_ref}` {run.head_sha[:10]} "
+                 f"vs {run.base_sha[:10]} {run.status}: "
+                 + (", ".join(f"{v.mode} {v.verdict} {v.change_pct:+.1f}%" if v.change_pct is not None
+                              else f"{v.mode} {v.verdict}" for v in verdicts) or "-")
+                 for run, verdicts in runs]
+        return "\n".join(lines), "history", None
+
+    async def _cmd_env(self, cmd, who, body, host, engine):
+        engines = [(n, e) for n, e in self.config.engines.items() if e.host == host]
+        python, env, label = (engines[0][1].python, dict(engines[0][1].env), f"engine {engines[0][0]}") if engines \
+            else ("python3", {}, "the system python")
+        snapshot = await core.probe_async(python, cheap=False, env=env, host=self.queue.host(host))
+        checks = core.run_checks(snapshot, under_load=False)
+        lines = [(f"env of host `{host}` with {label} ({snapshot['kind']} probe, {fmt(snapshot['wall_s'], 2)} s): "
+                  f"worst {core.worst(checks)}")]
+        lines += [f"{c.status} {c.name}: {c.line}" for c in checks]
+        return "\n".join(lines)[:3000], f"env: {core.worst(checks)}", None
