@@ -116,14 +116,17 @@ SHORT_SERIES_POINTS = 8  # fewer points: no change-point test (bench/SUMMARY_RES
 
 
 def _short_series_test(s: Series, margin_pct: float, alpha: float) -> dict:
-    """A series too short for a change-point test: the trials of its newest commit (pooled
-    with up to two before it while they hold fewer than 4 trials) against those of its first
-    commit and the points that hold its level (up to ``WINDOW``, never the newest three), judged
-    by the compare rule: the whole 95% interval beyond the margin and p < alpha."""
+    """A series too short for a change-point test: the trials of its newest commit against
+    those of its first, judged by the compare rule (the whole 95% interval beyond the margin
+    and p < alpha). A side with fewer than 4 trials (the fewest with which the rank test can
+    reach p < 0.05) is pooled with its neighbours: the first commit with the ones after it,
+    the newest with up to two before it, never overlapping."""
     points, n = s.points, len(s.points)
     trials = [p.trials_output_tok_s for p in points]
-    reference = range(0, max(1, min(WINDOW, n - DRIFT_POINTS)))
-    test = trailing_drift(trials, 0, reference=reference, points=DRIFT_POINTS, window=WINDOW,
+    end = 1
+    while end < n - 1 and sum(len(t) for t in trials[:end]) < 4:
+        end += 1
+    test = trailing_drift(trials, 0, reference=range(0, end), points=DRIFT_POINTS, window=WINDOW,
                           margin_pct=margin_pct, alpha=alpha) if n > 1 else None
     verdict = test.shift.verdict if test else None
     return {

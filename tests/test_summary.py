@@ -132,8 +132,8 @@ def test_a_short_series_says_so_and_is_tested_on_its_trials():
     short = entry["short_series"]
     assert short["reason"].startswith("6 points: too few for a change-point test (it needs 8)")
     assert (short["good_sha"], short["latest_sha"]) == (s.points[0].sha, s.points[-1].sha)
-    # the first three points hold the good level, the newest one has 4 trials of its own
-    assert short["good_shas"] == [p.sha for p in s.points[:3]] and short["latest_shas"] == [s.points[-1].sha]
+    # the first and the newest commit have 4 trials each: nothing pooled
+    assert short["good_shas"] == [s.points[0].sha] and short["latest_shas"] == [s.points[-1].sha]
     assert (short["verdict"], short["moved"]) == ("REGRESSION", True)
     assert short["test"]["ci_high_pct"] < -2.0 and -13 < short["test"]["change_pct"] < -7
     assert entry["change_points"] == [] and entry["drift"] is None  # no z-score on six points
