@@ -130,14 +130,22 @@ def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tm
             f"{side['change_pct']:+.1f}%") in out.stdout
     assert f"; run {side_run}" in out.stdout
 
-    # the bisect's compares make a series of a few points: too short for a change-point test,
-    # so the newest commit is tested against the first on their trials, and it moved
+    # the bisect's compares make a series of a few points (6 to 9: how many commits it measured
+    # depends on the retries and skips the machine's noise caused). Under 8 it is too short for a
+    # change-point test, so its newest commit is tested against its first on their trials;
+    # from 8 on the change-point test runs. Either way the step shows.
     baseline = next(e for e in summary["series"] if e["mode"] == "baseline")
-    assert baseline["n_points"] < 8 and baseline["change_points"] == []
-    short = baseline["short_series"]
-    assert (short["verdict"], short["moved"], short["latest_sha"]) == ("REGRESSION", True, shas["c20"])
-    assert short["test"]["ci_high_pct"] < -2.0 and "too few for a change-point test" in short["reason"]
-    assert f"SHORT SERIES REGRESSION fake baseline: {baseline['n_points']} points: too few" in out.stdout
+    if baseline["n_points"] < 8:
+        assert baseline["change_points"] == [] and baseline["drift"] is None
+        short = baseline["short_series"]
+        assert (short["verdict"], short["moved"], short["latest_sha"]) == ("REGRESSION", True, shas["c20"])
+        assert short["test"]["ci_high_pct"] < -2.0 and "too few for a change-point test" in short["reason"]
+        assert f"SHORT SERIES REGRESSION fake baseline: {baseline['n_points']} points: too few" in out.stdout
+    else:
+        assert baseline["short_series"] is None
+        found = [(cp["verdict"], cp["bad_sha"]) for cp in baseline["change_points"]]
+        assert found == [("REGRESSION", shas["c13"])] or (baseline["drift"] and baseline["drift"]["flagged"]), \
+            (found, baseline["drift"])
     # the side branch's commit is no point of its series (first-parent order of main)
     eagle3 = next(e for e in summary["series"] if e["mode"] == "eagle3")
     assert eagle3["off_branch"] == 1 and shas["side"] not in [p["sha"] for p in eagle3["points"]]
