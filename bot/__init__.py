@@ -3,6 +3,11 @@ with what they share: the configuration as the front ends read it (``core``'s fi
 bot's ``[slack]``, ``[schedule]`` and ``[[watches]]``), the job queue, the scheduler, and the
 renderers of reports for the terminal and Slack.
 
+The application layer (``_app.py``) is where a front end's request becomes a validated
+compare or bisect run under the host lock; the CLI (``cli.py``, ``_cmd_*.py``), the Slack
+commands (``_slack_handlers.py``), the job queue (``_jobs.py``) and the scheduler
+(``_scheduler.py``) parse, call it, and render.
+
 ``bot`` is the top layer: it may import ``core`` and ``storage``; nothing imports ``bot``
 (tests and ``bench`` use the public names below). Public names::
 
@@ -20,5 +25,13 @@ from bot._settings import (
     parse_config,
 )
 
-__all__ = ["load_config", "parse_config", "BotConfig", "SlackConfig", "SlackAllow", "AllowList", "ScheduleConfig",
-           "WatchConfig"]
+__all__ = [
+    "AllowList",
+    "BotConfig",
+    "ScheduleConfig",
+    "SlackAllow",
+    "SlackConfig",
+    "WatchConfig",
+    "load_config",
+    "parse_config",
+]

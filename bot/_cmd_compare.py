@@ -14,17 +14,17 @@ from rich.text import Text
 
 import core
 import storage
+from bot import _app as app
+from bot._app import trial_line
 from bot._common import (
     data_dir,
     database,
     host_args,
     open_host,
-    owner,
-    pick,
     pin_client,
 )
 from bot._report_view import print_bisect, print_report
-from bot._runs import reconcile_runs, stored_report
+from bot._runs import stored_report
 from bot._settings import load_config
 
 
@@ -33,13 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("compare", help="measure a commit against its base, interleaved, and give a verdict per mode")
     c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
     c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
-    c.add_argument("--engine", help="engine name from the config (default: the only one)")
-    c.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
     c.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
-    c.add_argument("--min-trials", type=int, help="launches per arm and mode before a verdict")
-    c.add_argument("--max-trials", type=int, help="launches per arm and mode at most")
-    c.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
-    host_args(c)
+    experiment_args(c, "per arm and mode", "")
     _output_args(c)
     c.set_defaults(run=run_compare)
 
@@ -54,6 +49,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--limit", type=int, default=20)
     h.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     h.set_defaults(run=run_history)
+
+
+def experiment_args(parser: argparse.ArgumentParser, per: str, more: str) -> None:
+    """``--engine``, ``--workload``, the trial options (launches ``per`` ..., ``more`` after the
+    maximum's help) and the host options: what every measuring command takes."""
+    parser.add_argument("--engine", help="engine name from the config (default: the only one)")
+    parser.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
+    parser.add_argument("--min-trials", type=int, help=f"launches {per} before a verdict")
+    parser.add_argument("--max-trials", type=int, help=f"launches {per} at most{more}")
+    parser.add_argument("--margin-pct", type=float, help="changes within +-margin count as NO CHANGE")
+    host_args(parser)
 
 
 def _run_id(text: str) -> int:
@@ -76,46 +82,38 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chart", help="where to write the PNG chart (default: the data directory)")
 
 
-def _modes(args: argparse.Namespace, config: core.Config, engine: core.EngineConfig, name: str) -> list[str]:
-    wanted = args.modes.split(",") if args.modes else [m for m in config.compare.modes if m in engine.modes]
-    missing = [m for m in wanted if m not in engine.modes]
-    if missing or not wanted:
-        raise core.ConfigError(
-            f"engine {name!r} has no mode {', '.join(missing) or '(none chosen)'} (its modes: {', '.join(engine.modes)})"
-        )
-    return wanted
+class ConsoleProgress(core.CompareObserver):
+    """Prints a compare's progress on the terminal as it goes."""
 
-
-def _settings(args: argparse.Namespace, config: core.Config) -> core.CompareConfig:
-    overrides = {k: v for k, v in (("min_trials", args.min_trials), ("max_trials", args.max_trials),
-                                   ("margin_pct", args.margin_pct)) if v is not None}
-    try:
-        return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
-    except ValueError as exc:
-        raise core.ConfigError(f"bad compare option: {exc.errors()[0]['msg']}") from None
-
-
-class _ConsoleStore(storage.RunStore):
-    """Records the run and prints its progress as it goes."""
-
-    def __init__(self, db, console: Console) -> None:
-        super().__init__(db)
+    def __init__(self, console: Console) -> None:
         self.console = console
 
     def progress(self, message: str) -> None:
         self.console.print(Text(message, style="dim"))
 
     def trial_finished(self, arm, seq, trial) -> None:
-        super().trial_finished(arm, seq, trial)
-        acceptance = trial.engine.acceptance_length
-        extra = f", acceptance length {acceptance:.2f}" if acceptance is not None else ""
-        self.console.print(f"  trial {seq}: {arm.mode} {arm.role}: {trial.sample.output_tok_s:,.1f} tok/s{extra}",
-                           markup=False, highlight=False)
+        self.console.print(f"  trial {seq}: {arm.mode} {arm.role}: {trial_line(trial)}", markup=False, highlight=False)
 
     def verdicts_updated(self, verdicts) -> None:
-        super().verdicts_updated(verdicts)
         self.console.print("  so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()),
                            markup=False, highlight=False)
+
+
+def cli_session(args: argparse.Namespace, console: Console, doing: str) -> app.Session:
+    """How a terminal command holds its host: ``--no-wait``, waiting lines and reconciled runs
+    printed, the client pinned (``client_cpus``) before it measures."""
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    return app.Session(doing, wait=not args.no_wait, on_wait=say,
+                       reconciled=lambda run_id, reason: say(f"run {run_id}: {reason}"),
+                       before_run=lambda config: pin_client(config, console))
+
+
+def cli_settings(args: argparse.Namespace, config: core.Config) -> core.CompareConfig:
+    """``[compare]`` with ``--min-trials``, ``--max-trials`` and ``--margin-pct``."""
+    return app.compare_settings(config, min_trials=args.min_trials, max_trials=args.max_trials,
+                                margin_pct=args.margin_pct)
 
 
 def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
@@ -133,32 +131,26 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run."""
     _check_outputs(args)
     config = load_config(args.config)
-    name = pick(config.engines, args.engine, "engine")
-    workload_name = pick(config.workloads, args.workload, "workload", default="default")
-    engine = config.engine(name)
-    host_name = args.host or engine.host
-    async with open_host(config, host_name) as host:
-        request = core.CompareRequest(
-            engine_name=name, engine=engine, workload_name=workload_name, workload=config.workload(workload_name),
-            head_ref=args.commit, base_ref=args.base, modes=_modes(args, config, engine, name),
-            settings=_settings(args, config), host=host, force_clean=args.force_clean,
-        )
+    choice = app.choose(config, args.engine, args.workload, args.host)
+    async with open_host(config, choice.host_name) as host:
+        request = app.compare_request(config, choice, host, args.commit, args.base,
+                                      args.modes.split(",") if args.modes else None, cli_settings(args, config),
+                                      args.force_clean)
         base_sha, head_sha = await core.resolve_refs(request)  # bad refs stop here, before anything runs
         if base_sha == head_sha:
             console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
         db = database(config, args.db)
-        async with host.lock(owner(f"compare {head_sha[:12]}"), wait=not args.no_wait,
-                             on_wait=lambda message: console.print(message, markup=False, highlight=False)):
-            await reconcile(db, config, console)
-            store = _ConsoleStore(db, console)
-            run_id = store.create(request, base_sha, head_sha)
-            console.print(f"run {run_id}: {name}, {args.commit} ({head_sha[:12]}) against {base_sha[:12]}, "
-                          f"modes {', '.join(request.modes)}, host {host_name} ({host.where}; the benchmark client "
-                          "runs here" + ("" if host.is_local else ", through an SSH tunnel") + ")",
+
+        def started(run_id: int) -> None:
+            console.print(f"run {run_id}: {choice.engine_name}, {args.commit} ({head_sha[:12]}) against "
+                          f"{base_sha[:12]}, modes {', '.join(request.modes)}, host {choice.host_name} ({host.where}; "
+                          "the benchmark client runs here" + ("" if host.is_local else ", through an SSH tunnel") + ")",
                           markup=False, highlight=False)
-            pin_client(config, console)
-            result = await core.compare(request, store, shas=(base_sha, head_sha))
-    title = f"run {run_id}: {name} {head_sha[:12]} vs {base_sha[:12]}"
+
+        run_id, result = await app.compare(config, db, request, (base_sha, head_sha),
+                                           cli_session(args, console, f"compare {head_sha[:12]}"),
+                                           ConsoleProgress(console), on_run=started)
+    title = f"run {run_id}: {choice.engine_name} {head_sha[:12]} vs {base_sha[:12]}"
     if result.status == "failed":
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
         if result.log_tail:
@@ -168,12 +160,6 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     environment = {"arms_differ": result.arm_env_diff, "drift": result.drift}
     _emit(console, args, run_id, core.summarize(trials, result.verdicts, request.settings, environment), trials, title)
     return 0
-
-
-async def reconcile(db, config: core.Config, console: Console) -> None:
-    """Close runs left 'running' by a specperf that was killed (bot._runs.reconcile_runs)."""
-    for run_id, reason in await reconcile_runs(db, config):
-        console.print(f"run {run_id}: {reason}", markup=False, highlight=False)
 
 
 async def run_show(args: argparse.Namespace, console: Console) -> int:

@@ -246,7 +246,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"GPU holder ({holder.kind}, seen through {holder.source}): {holder.line}", markup=False,
                       highlight=False)
     out = Path(args.json) if args.json else data_dir() / "env" / (
-        f"env-{host}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}.json")
+        f"env-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"snapshot": snapshot, "checks": [c.to_dict() for c in checks],
                                "gpu_holders": [dataclasses.asdict(h) for h in holders],

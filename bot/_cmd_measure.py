@@ -18,13 +18,13 @@ from rich.progress import (
 from rich.table import Table
 
 import core
+from bot import _app as app
 from bot._common import (
     data_dir,
     fmt,
     host_args,
     open_host,
     owner,
-    pick,
     pin_client,
 )
 from bot._settings import load_config
@@ -68,12 +68,11 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
         raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
     config = load_config(args.config)
-    engine_name = pick(config.engines, args.engine, "engine")
-    workload_name = pick(config.workloads, args.workload, "workload", default="default")
-    engine, workload = config.engine(engine_name), config.workload(workload_name)
+    choice = app.choose(config, args.engine, args.workload, args.host)
+    engine_name, engine, workload_name, workload = choice.engine_name, choice.engine, choice.workload_name, choice.workload
     pin_client(config, console)
     home = data_dir()
-    async with open_host(config, args.host or engine.host) as host, \
+    async with open_host(config, choice.host_name) as host, \
             host.lock(owner(f"measure {engine_name} {args.mode}"), wait=not args.no_wait,
                       on_wait=lambda message: console.print(message, markup=False, highlight=False)):
         try:
@@ -93,7 +92,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
             )
     print_trial(console, trial)
     out = Path(args.json) if args.json else home / "results" / (
-        f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
+        f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(trial.to_dict(), indent=2))
     console.print(f"results written to {out}")

@@ -70,7 +70,7 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
 
-def print_summary(console: Console, summary: core.Summary) -> None:
+def print_summary(console: Console, summary: core.RegressionSummary) -> None:
     """The summary as rich text: the headline; what the period's runs found (compare
     verdicts, bisects, failed runs grouped by reason, each with its run id); per series a row
     (latest tok/s, change against the 7-day median and the last good commit, acceptance
@@ -80,10 +80,14 @@ def print_summary(console: Console, summary: core.Summary) -> None:
     console.print(Text(summary.headline, style=style))
     if summary.quiet:
         return
-    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     runs = summary.runs
-    for finding in [*runs.compares, *runs.bisects, *runs.failure_groups()]:
-        say(finding.line())
+    for line in [*(c.line() for c in runs.compares), *(b.line() for b in runs.bisects),
+                 *(g.line() for g in runs.failure_groups())]:
+        say(line)
     if runs:
         say("  details: specperf show RUN")
     if not summary.series:

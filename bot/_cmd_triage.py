@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import core
+from bot import _app as app
 from bot._common import open_host, pick
 from bot._settings import load_config
 
@@ -60,10 +61,7 @@ async def run_triage(args: argparse.Namespace, console: Console) -> int:
         raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
     config = load_config(args.config)
     name, engine, rules = engine_and_rules(config, args.engine)
-    modes = args.modes.split(",") if args.modes else None
-    missing = [m for m in modes or [] if m not in engine.modes]
-    if missing:
-        raise core.ConfigError(f"engine {name!r} has no mode {', '.join(missing)} (its modes: {', '.join(engine.modes)})")
+    modes = app.resolve_modes(config, name, args.modes.split(",")) if args.modes else None
     async with open_host(config, args.host or engine.host) as host:
         report = await core.triage(host, engine.repo, args.good, args.bad, engine, rules, modes)
     print_triage(console, report, f"{name}: {len(report.commits)} commits after {report.good_sha[:12]} "

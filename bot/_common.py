@@ -5,7 +5,6 @@ config, opening hosts and the database, and number formatting (the configuration
 from __future__ import annotations
 
 import os
-import pwd
 import socket
 from pathlib import Path
 
@@ -14,10 +13,8 @@ import storage
 
 
 def data_dir() -> Path:
-    """specperf's data directory: ``$SPECPERF_HOME``, else ``$XDG_DATA_HOME/specperf``."""
-    if home := os.environ.get("SPECPERF_HOME"):
-        return Path(home)
-    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "specperf"
+    """specperf's data directory (:func:`core.data_dir`)."""
+    return core.data_dir()
 
 
 def pick(table: dict, given: str | None, what: str, default: str | None = None) -> str:
@@ -73,12 +70,8 @@ def host_args(parser) -> None:
 
 
 def owner(command: str) -> dict:
-    """Who holds a host lock: this process, for a waiter's message."""
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        user = str(os.getuid())
-    return {"by": f"{user}@{os.uname().nodename} pid {os.getpid()}", "doing": command}
+    """Who holds a host lock: this process, for a waiter's message (:func:`core.lock_owner`)."""
+    return core.lock_owner(command)
 
 
 def owner_alive(owner: dict) -> bool:

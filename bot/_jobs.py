@@ -18,7 +18,9 @@ import logging
 
 import core
 import storage
-from bot._common import open_host, owner, owner_alive
+from bot import _app as app
+from bot._app import trial_line
+from bot._common import open_host, owner_alive
 from bot._runs import reconcile_runs
 
 log = logging.getLogger("specperf.bot")
@@ -36,45 +38,35 @@ class Notifier:
     async def job_reconciled(self, job: storage.Job, status: str, reason: str) -> None: ...
 
 
-class _JobStore(storage.RunStore):
-    """Records the run of one job and passes its progress to the notifier."""
+class JobProgress(core.CompareObserver):
+    """Passes a job's compare progress to the notifier."""
 
-    def __init__(self, db, job: storage.Job, notifier: Notifier) -> None:
-        super().__init__(db)
+    def __init__(self, job: storage.Job, notifier: Notifier) -> None:
         self.job, self.notifier = job, notifier
-        self.launches = 0
 
     def progress(self, message: str) -> None:
         self.notifier.progress(self.job, message)
 
     def trial_finished(self, arm, seq, trial) -> None:
-        super().trial_finished(arm, seq, trial)
-        acceptance = trial.engine.acceptance_length
-        extra = f", acceptance length {acceptance:.2f}" if acceptance is not None else ""
-        self.notifier.progress(self.job, f"launch {seq} ({arm.mode} {arm.role}): {trial.sample.output_tok_s:,.1f} tok/s{extra}")
+        self.notifier.progress(self.job, f"launch {seq} ({arm.mode} {arm.role}): {trial_line(trial)}")
 
     def verdicts_updated(self, verdicts) -> None:
-        super().verdicts_updated(verdicts)
         self.notifier.progress(self.job, "so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()))
 
 
-class _JobBisectStore(storage.BisectStore):
-    """Records a bisect job's run (and each step's compare run) and passes its progress on."""
+class JobBisectProgress(core.BisectObserver):
+    """Passes a bisect job's progress (and each step's compare progress) to the notifier."""
 
-    def __init__(self, db, request: core.BisectRequest, job: storage.Job, notifier: Notifier,
-                 started: asyncio.Event) -> None:
-        super().__init__(db, request, compare_store=lambda engine: _JobStore(engine, job, notifier))
-        self.job, self.notifier, self.started_event = job, notifier, started
-
-    def started(self, good_sha, bad_sha, commits) -> None:
-        super().started(good_sha, bad_sha, commits)
-        self.started_event.set()
+    def __init__(self, job: storage.Job, notifier: Notifier) -> None:
+        self.job, self.notifier = job, notifier
 
     def progress(self, message: str) -> None:
         self.notifier.progress(self.job, message)
 
+    def compare_observer(self, step, request) -> core.CompareObserver:
+        return JobProgress(self.job, self.notifier)
+
     def step_finished(self, step: core.BisectStep) -> None:
-        super().step_finished(step)
         self.notifier.progress(self.job, f"step {step.number} ({step.kind}) {step.head_sha[:12]}: "
                                          f"{step.evidence()} -> {step.outcome}")
 
@@ -86,21 +78,9 @@ def compare_request(config: core.Config, job: storage.Job, host: core.Host) -> c
     Raises:
         core.ConfigError: the engine, workload or a mode is no longer in the config.
     """
-    engine = config.engine(job.engine_name)
-    if engine.host != job.host:
-        engine = engine.model_copy(update={"host": job.host})
-    settings = config.compare
-    if job.args.get("rounds"):
-        n = 2 * job.args["rounds"]
-        settings = settings.model_copy(update={"min_trials": n, "max_trials": n})
-    missing = [m for m in job.args["modes"] if m not in engine.modes]
-    if missing:
-        raise core.ConfigError(f"engine {job.engine_name!r} has no mode {', '.join(missing)}")
-    return core.CompareRequest(
-        engine_name=job.engine_name, engine=engine, workload_name=job.workload_name,
-        workload=config.workload(job.workload_name), head_ref=job.args["head_ref"], base_ref=job.args.get("base_ref"),
-        modes=list(job.args["modes"]), settings=settings, host=host,
-    )
+    choice = app.choose(config, job.engine_name, job.workload_name, job.host)
+    return app.compare_request(config, choice, host, job.args["head_ref"], job.args.get("base_ref"),
+                               list(job.args["modes"]), app.compare_settings(config, rounds=job.args.get("rounds")))
 
 
 class JobQueue:
@@ -197,30 +177,6 @@ class JobQueue:
         for host in self._hosts.values():
             await host.close()
 
-    async def _bisect(self, job: storage.Job, host: core.Host):
-        """Run a bisect job: (job, its bisect run id, the :class:`core.BisectResult`)."""
-        engine = self.config.engine(job.engine_name)
-        request = core.BisectRequest(
-            engine_name=job.engine_name, engine=engine, workload_name=job.workload_name,
-            workload=self.config.workload(job.workload_name), good_ref=job.args["good_ref"], bad_ref=job.args["bad_ref"],
-            mode=job.args["mode"], settings=self.config.compare, host=host,
-            triage_rules=self.config.triage.rules_for(job.engine_name, engine.kind))
-        started = asyncio.Event()
-        store = _JobBisectStore(self.db, request, job, self.notifier, started)
-        bisect = asyncio.create_task(core.bisect(request, store))
-        waiter = asyncio.create_task(started.wait())
-        await asyncio.wait([bisect, waiter], return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if store.run_id is not None:
-            job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=store.run_id)
-            await self.notifier.job_started(job, store.run_id)
-        try:
-            return job, store.run_id, await bisect
-        except asyncio.CancelledError:
-            bisect.cancel()
-            await asyncio.gather(bisect, return_exceptions=True)
-            raise
-
     async def _worker(self, host: str) -> None:
         wake = self._wake[host]
         while True:
@@ -239,17 +195,25 @@ class JobQueue:
         try:
             host = self.host(job.host)
             # the same lock as the CLI's: a terminal compare on this host makes the job wait
-            async with host.lock(owner(f"bot job {job.id}"), on_wait=lambda message: self.notifier.progress(job, message)):
-                if job.kind == "bisect":
-                    job, run_id, result = await self._bisect(job, host)
-                else:
-                    request = compare_request(self.config, job, host)
-                    shas = (job.args["base_sha"], job.args["head_sha"])
-                    store = _JobStore(self.db, job, self.notifier)
-                    run_id = await asyncio.to_thread(store.create, request, *shas)
-                    job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
-                    await self.notifier.job_started(job, run_id)
-                    result = await core.compare(request, store, shas=shas)
+            session = app.Session(f"bot job {job.id}", on_wait=lambda message: self.notifier.progress(job, message))
+
+            async def started(new_run_id: int) -> None:
+                nonlocal job, run_id
+                run_id = new_run_id
+                job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
+                await self.notifier.job_started(job, run_id)
+
+            if job.kind == "bisect":
+                choice = app.choose(self.config, job.engine_name, job.workload_name, job.host)
+                request = app.bisect_request(self.config, choice, host, job.args["good_ref"], job.args["bad_ref"],
+                                             job.args["mode"])
+                _, result = await app.bisect(self.config, self.db, request, session,
+                                             lambda store: JobBisectProgress(job, self.notifier), on_run=started)
+            else:
+                request = compare_request(self.config, job, host)
+                shas = (job.args["base_sha"], job.args["head_sha"])
+                _, result = await app.compare(self.config, self.db, request, shas, session,
+                                              JobProgress(job, self.notifier), on_run=started)
         except asyncio.CancelledError:
             reason = self._cancelled.pop(job.id, None)
             if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted

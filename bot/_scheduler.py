@@ -227,7 +227,7 @@ async def watch_tick(ctx: ScheduleContext, name: str) -> storage.Job | None:
     return queued
 
 
-async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> dict:
+async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> core.RegressionSummary:
     """The scheduled summary: :func:`core.build_summary` over the whole stored history
     (:func:`storage.load_series`, each engine in its repo's first-parent order) for the
     period (``[schedule].period``: the 1 or 7 days before ``now``), posted to
@@ -235,7 +235,7 @@ async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> 
     chart PNG uploaded to that message's thread; a quiet period is its one line, no chart.
     What the period's runs found (``storage.load_findings``) comes first, each finding linked
     to the thread of its run's job (``chat.getPermalink``).
-    Returns the :class:`core.Summary`; recorded in ``schedule_log``.
+    Returns the :class:`core.RegressionSummary`; recorded in ``schedule_log``.
     """
     from bot._cmd_report import (
         commit_orders,  # the report's command-line module: imported on use

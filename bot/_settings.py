@@ -152,7 +152,7 @@ class WatchConfig(ConfigSection):
     branch: str = "main"
     host: str | None = None
     workload: str = "default"
-    modes: list[str] | None = None
+    modes: list[str] | None = Field(default=None, min_length=1)
     cron: str
     channel: str = ""
 
@@ -208,18 +208,22 @@ class BotConfig(core.Config):
                 raise ValueError(f"{where}: host {watch.host!r} is not a configured host")
             if watch.workload not in self.workloads:
                 raise ValueError(f"{where}: workload {watch.workload!r} is not configured")
-            missing = [m for m in (watch.modes or []) if m not in engine.modes]
-            if missing or watch.modes == [] or not self.watch_modes(watch):
-                raise ValueError(f"{where}: engine {watch.engine!r} has no mode {', '.join(missing) or '(none chosen)'}"
-                                 f" (its modes: {', '.join(engine.modes)})")
+            try:
+                self.watch_modes(watch)
+            except core.ConfigError as exc:
+                raise ValueError(f"{where}: {exc}") from None
             if not (watch.channel or self.schedule.channel):
                 raise ValueError(f"{where}: needs channel, or schedule.channel")
         return self
 
     def watch_modes(self, watch: WatchConfig) -> list[str]:
-        """The modes ``watch`` measures: its own, else ``[compare].modes`` that its engine has."""
-        engine = self.engines[watch.engine]
-        return list(watch.modes) if watch.modes else [m for m in self.compare.modes if m in engine.modes]
+        """The modes ``watch`` measures: its own, else ``[compare].modes`` that its engine has
+        (:func:`core.engine_modes`).
+
+        Raises:
+            core.ConfigError: the engine lacks one of them, or none is chosen.
+        """
+        return core.engine_modes(self, watch.engine, watch.modes)
 
 
 def parse_config(text: str, source: str = "<config>") -> BotConfig:

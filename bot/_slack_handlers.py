@@ -18,12 +18,13 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 import core
 import storage
+from bot import _app as app
 from bot._common import fmt, pick
 from bot._jobs import JobQueue, compare_request
 from bot._slack_commands import HELP, Command, UsageError, parse
+from bot._slack_notifier import SlackNotifier, queued_by
 
 log = logging.getLogger("specperf.bot")
-from bot._slack_notifier import SlackNotifier, queued_by
 
 IO_SLOTS = 2  # commands doing database or git work at once, after their ack
 
@@ -61,19 +62,14 @@ class SlackCommands:
         if cmd.name in ("compare", "bisect"):
             try:
                 engine = pick(self.config.engines, cmd.engine, "engine")
-                spec = self.config.engine(engine)
+                host = cmd.host or self.config.engine(engine).host
+                if cmd.name == "bisect":
+                    cmd.options["mode"] = app.bisect_mode(self.config, engine, cmd.mode)
+                    cmd.options["modes"] = [cmd.mode]
+                else:
+                    cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
             except core.ConfigError as exc:
                 raise UsageError(str(exc)) from None
-            host = cmd.host or spec.host
-            if cmd.name == "bisect":
-                cmd.options["mode"] = cmd.mode or ("baseline" if "baseline" in spec.modes else next(iter(spec.modes)))
-            modes = [cmd.mode] if cmd.name == "bisect" else \
-                cmd.modes or [m for m in self.config.compare.modes if m in spec.modes]
-            missing = [m for m in modes if m not in spec.modes]
-            if missing or not modes:
-                raise UsageError(f"engine {engine!r} has no mode {', '.join(missing) or '(none chosen)'} "
-                                 f"(its modes: {', '.join(spec.modes)})")
-            cmd.options["modes"] = modes
         elif cmd.name == "env":
             host = cmd.host or "local"
         elif cmd.name == "history" and cmd.engine:

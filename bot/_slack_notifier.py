@@ -25,9 +25,9 @@ from bot._slack_blocks import (
     summary_line,
     verdict_blocks,
 )
+from bot._slack_client import ChannelPacer
 
 log = logging.getLogger("specperf.bot")
-from bot._slack_client import ChannelPacer
 
 
 def queued_by(job: storage.Job) -> str:

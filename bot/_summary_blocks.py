@@ -61,7 +61,7 @@ def finding_blocks(runs, links: dict[int, str] | None = None) -> tuple[list[dict
 
 def summary_blocks(summary, title: str = "specperf regression summary",
                    links: dict[int, str] | None = None) -> tuple[list[dict], str]:
-    """``(blocks, text)`` for ``chat.postMessage`` from a :class:`core.Summary`: the headline;
+    """``(blocks, text)`` for ``chat.postMessage`` from a :class:`core.RegressionSummary`: the headline;
     what the period's runs found (:func:`finding_blocks`, linked to their threads by
     ``links``: run id -> URL); per series (engine, mode) the latest tok/s, change against the
     7-day median and the last good commit, acceptance length; new change points (of tok/s and

@@ -30,6 +30,7 @@ choose what is measured, so the answer does not depend on them.
 from __future__ import annotations
 
 import asyncio
+import enum
 import math
 from dataclasses import dataclass, field
 
@@ -110,6 +111,17 @@ class BisectStep:
         return f"{text}, {self.trials} launches"
 
 
+class BisectStatus(enum.StrEnum):
+    """How a bisect ended (see :class:`BisectResult`); equal to (and stored as) its text."""
+
+    RUNNING = "running"
+    FOUND = "found"
+    AMBIGUOUS = "ambiguous"
+    NO_REGRESSION = "no-regression"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
 @dataclass
 class BisectResult:
     """The outcome.
@@ -121,7 +133,7 @@ class BisectResult:
     good commit) is a REGRESSION. ``commits``: the range, oldest first.
     """
 
-    status: str
+    status: BisectStatus
     good_sha: str
     bad_sha: str
     mode: str
@@ -306,12 +318,12 @@ class _Bisect:
         step = await self.measure("confirm", good, res.bad_sha)
         if step.status != "done":
             self.finish(step, "good against bad could not be measured")
-            res.status = "failed"
+            res.status = BisectStatus.FAILED
             res.message = f"cannot confirm the regression: the compare of bad against good failed: {step.reason}"
             return
         if step.verdict != REGRESSION:
             self.finish(step, "not a regression: nothing to bisect")
-            res.status = "no-regression"
+            res.status = BisectStatus.NO_REGRESSION
             shown = "no regression could be shown" if step.verdict == INCONCLUSIVE else "no regression"
             res.message = (f"nothing to bisect ({shown}): {res.bad_sha[:12]} against {good[:12]} in {res.mode} is "
                            f"{step.evidence()}")
@@ -348,12 +360,12 @@ class _Bisect:
             res.culprit_verdict = last.result.verdicts.get(res.mode) if last.result else None
         final = res.steps[-1]
         if len(res.candidates) > 1:
-            res.status = "ambiguous"
+            res.status = BisectStatus.AMBIGUOUS
             res.message = (f"the culprit is one of {', '.join(c[:12] for c in res.candidates)}: the first "
                            f"{len(res.candidates) - 1} could not be decided (no build, no start, or INCONCLUSIVE); "
                            f"the last against the last good commit: {final.evidence()}")
         else:
-            res.status = "found"
+            res.status = BisectStatus.FOUND
             res.candidates = []
             res.message = (f"culprit {res.culprit[:12]} (#{hi + 1} of {n}): {final.evidence()} against its parent"
                            + ("" if res.confirmed else " (not confirmed: the change may be spread over commits)"))
@@ -380,7 +392,7 @@ async def bisect(request: BisectRequest, observer: BisectObserver | None = None)
     good = await _git.resolve_commit(host, repo, request.good_ref)
     bad = await _git.resolve_commit(host, repo, request.bad_ref)
     commits = await _git.first_parent_range(host, repo, good, bad)
-    result = BisectResult("running", good, bad, request.mode, commits)
+    result = BisectResult(BisectStatus.RUNNING, good, bad, request.mode, commits)
     if request.triage_rules is not None:
         try:
             result.triage = await triage(host, repo, good, bad, request.engine, request.triage_rules, [request.mode])
@@ -390,7 +402,7 @@ async def bisect(request: BisectRequest, observer: BisectObserver | None = None)
     try:
         await _Bisect(request, obs, result).run()
     except (asyncio.CancelledError, KeyboardInterrupt):
-        result.status, result.message = "interrupted", "interrupted by the user"
+        result.status, result.message = BisectStatus.INTERRUPTED, "interrupted by the user"
         obs.finished(result)
         raise
     obs.finished(result)

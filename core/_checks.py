@@ -98,7 +98,7 @@ def _engine_gpus(snapshot: Mapping, devices: list[dict]) -> list[dict]:
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return devices
-    chosen = []
+    chosen: list[dict] = []
     for token in (t.strip() for t in visible.split(",")):
         if not token:
             continue

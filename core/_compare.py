@@ -28,6 +28,7 @@ Ctrl-C (cancellation) stops the engine's process group and ends the run as inter
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from dataclasses import dataclass, field
 
@@ -73,11 +74,21 @@ class CompareRequest:
     force_clean: bool = False
 
 
+class RunStatus(enum.StrEnum):
+    """Where a compare stands: ``running``, then ``done``, ``failed`` or ``interrupted``; equal to
+    (and stored as) its text."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
 @dataclass
 class CompareResult:
     """The outcome. ``status``: done, failed or interrupted; ``trials[mode][role]`` in pair order."""
 
-    status: str
+    status: RunStatus
     base_sha: str
     head_sha: str
     trials: dict[str, dict[str, list[TrialResult]]] = field(default_factory=dict)
@@ -153,19 +164,19 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
     """
     obs = observer or CompareObserver()
     base_sha, head_sha = shas or await resolve_refs(request)
-    result = CompareResult("running", base_sha, head_sha,
+    result = CompareResult(RunStatus.RUNNING, base_sha, head_sha,
                            trials={m: {"base": [], "head": []} for m in request.modes})
     obs.started(base_sha, head_sha)
     try:
         await _experiment(request, obs, result)
-        result.status = "done"
+        result.status = RunStatus.DONE
     except SpecperfError as exc:
-        result.status = "failed"
+        result.status = RunStatus.FAILED
         result.verdicts = {}  # no verdict from a partial run
         result.reason = str(exc).split("\n--- engine log tail ---\n")[0]
         result.log_tail = exc.log_tail if isinstance(exc, EngineError) else None
     except (asyncio.CancelledError, KeyboardInterrupt):
-        result.status = "interrupted"
+        result.status = RunStatus.INTERRUPTED
         result.verdicts = {}
         result.reason = "interrupted by the user"
         obs.finished(result)

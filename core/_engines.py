@@ -114,6 +114,8 @@ class EngineAdapter:
                     response = await client.get(self.health_path, timeout=min(5.0, remaining))
                     healthy = response.status_code == 200
                     last = f"GET {self.health_path} -> {response.status_code}"
+                    if healthy:
+                        continue  # the completion at once, not half a second later
                 else:
                     response = await client.post(
                         "/v1/completions",

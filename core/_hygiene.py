@@ -62,7 +62,7 @@ async def gpu_holders(host: Host, snapshot: dict | None = None) -> list[Holder]:
     found: dict[int, Holder] = {}
     for info in await host.holders():
         found[info["pid"]] = _classify(host, info, "device")
-    nvml_pids = set()
+    nvml_pids: set[int] = set()
     for device in ((snapshot or {}).get("gpu") or {}).get("devices") or []:
         nvml_pids.update(p["pid"] for p in device.get("processes") or [])
     described = {info["pid"]: info for info in await host.describe(sorted(nvml_pids - found.keys()))}

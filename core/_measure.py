@@ -111,7 +111,7 @@ async def measure(
             f"port {engine.port} on host {host.name} is already in use by {_who(taken)}; stop it or set a free "
             "engines.<name>.port in the config (specperf never stops what it did not start)"
         )
-    started_at = dt.datetime.now(dt.timezone.utc)
+    started_at = dt.datetime.now(dt.UTC)
     log_path = f"{log_dir}/{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
     async with host.launch(engine_name, argv, engine.env, log_path, cwd, engine.stop_grace_s) as process, \
             host.forward(engine.port) as base_url:

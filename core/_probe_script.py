@@ -187,7 +187,7 @@ def _proc_command(pid):
     return _redact_command(argv)
 
 
-_USERS = {}
+_USERS = {}  # type: dict
 
 
 def _proc_user(pid):

@@ -10,11 +10,56 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from pathlib import Path
+from typing import TypedDict
 
 from core._config import CompareConfig
 from core._stats import ArmTrial, Speedup, Verdict, speedup, speedup_change
 
 BASELINE = "baseline"
+
+
+class ArmFigures(TypedDict):
+    """One arm of one mode in a :class:`CompareReport`: medians over its ok trials."""
+
+    trials: int
+    output_tok_s: float | None
+    acceptance_length: float | None
+    step_ms: float | None
+    output_tok_s_all: list[float]
+
+
+class ModeReport(TypedDict, total=False):
+    """One mode: its two arms and (when decided) the verdict as a dict of :class:`Verdict`."""
+
+    base: ArmFigures
+    head: ArmFigures
+    verdict: dict
+
+
+class SpeedupReport(TypedDict):
+    """A speculative mode's speedup over baseline on each side (dicts of :class:`Speedup`)."""
+
+    base: dict | None
+    head: dict | None
+    change: dict | None
+
+
+class Environment(TypedDict):
+    """What differed between the arms' environments, and what drifted around each launch."""
+
+    arms_differ: list[str]
+    drift: dict[int, list[str]]
+
+
+class CompareReport(TypedDict):
+    """The report of a compare as it crosses to the front ends and into ``--json``: the
+    settings, each mode's figures and verdict, the speedups and the environment. A typed
+    dict, so the JSON shape is the type."""
+
+    settings: dict
+    modes: dict[str, ModeReport]
+    speedups: dict[str, SpeedupReport]
+    environment: Environment
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -27,7 +72,7 @@ def _speedup_dict(s: Speedup | None) -> dict | None:
 
 
 def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, Verdict],
-              settings: CompareConfig, environment: dict | None = None) -> dict:
+              settings: CompareConfig, environment: Environment | None = None) -> CompareReport:
     """The report: per mode, medians of each arm, the verdict and its evidence; per
     speculative mode, its speedup over ``baseline`` on each side and the change of that speedup.
 
@@ -37,7 +82,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
          "speedups": {mode: {"base": Speedup, "head": Speedup, "change": Speedup}},
          "environment": {"arms_differ": [line, ...], "drift": {launch seq: [line, ...]}}}
     """
-    modes = {}
+    modes: dict[str, ModeReport] = {}
     for mode, arms in trials.items():
         modes[mode] = {
             role: {
@@ -51,7 +96,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
         }
         if mode in verdicts:
             modes[mode]["verdict"] = dataclasses.asdict(verdicts[mode])
-    speedups = {}
+    speedups: dict[str, SpeedupReport] = {}
     if BASELINE in trials:
         plain = trials[BASELINE]
         for mode, arms in trials.items():

@@ -27,13 +27,25 @@ cannot show its own uncertainty.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
-REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = "REGRESSION", "IMPROVEMENT", "NO CHANGE", "INCONCLUSIVE"
+
+class VerdictKind(enum.StrEnum):
+    """A mode's verdict; equal to (and stored, printed and serialised as) its text."""
+
+    REGRESSION = "REGRESSION"
+    IMPROVEMENT = "IMPROVEMENT"
+    NO_CHANGE = "NO CHANGE"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = (VerdictKind.REGRESSION, VerdictKind.IMPROVEMENT,
+                                                    VerdictKind.NO_CHANGE, VerdictKind.INCONCLUSIVE)
 
 
 @dataclass(frozen=True)

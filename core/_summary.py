@@ -13,7 +13,7 @@ environment changes (driver, NCCL, torch, engine libraries) seen along the serie
 too short for a change-point test (under ``SHORT_SERIES_POINTS``) says so and gets the
 trial-level test of its newest commit against its first instead, by the compare rule.
 Front ends render it (the terminal, Slack); :func:`render_trend_chart` draws it. The period
-is quiet only when none of this fired; then ``Summary.headline`` is one short line.
+is quiet only when none of this fired; then ``RegressionSummary.headline`` is one short line.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _short_series_test(s: Series, margin_pct: float, alpha: float) -> dict:
 
 
 @dataclass(frozen=True)
-class Summary:
+class RegressionSummary:
     """The regression summary of one period (:func:`build_summary`).
 
     Attributes:
@@ -207,7 +207,7 @@ def _headline_parts(runs: PeriodRuns, entries: list[dict]) -> list[str]:
 
 
 def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime | None = None,
-                  margin_pct: float = 2.0, alpha: float = 0.05, runs: PeriodRuns | None = None) -> Summary:
+                  margin_pct: float = 2.0, alpha: float = 0.05, runs: PeriodRuns | None = None) -> RegressionSummary:
     """The summary of ``series`` and of the stored ``runs`` for the period from ``since`` to ``now``.
 
     Args:
@@ -222,7 +222,7 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
         runs: what the period's stored runs found (``storage.load_findings``); listed first.
 
     Returns:
-        A :class:`Summary`. Each of its ``series`` is a dict::
+        A :class:`RegressionSummary`. Each of its ``series`` is a dict::
 
             {engine, host, mode, workload, ordered_by, off_branch, n_points, latest {sha,
              output_tok_s, acceptance_length, ...}, median_7d_output_tok_s, change_vs_7d_median_pct,
@@ -260,7 +260,7 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
     commits |= {sha for c in runs.compares for sha in (c.base_sha, c.head_sha)}
     parts = _headline_parts(runs, entries)
     quiet = not parts
-    commits = len(commits)
+    measured = len(commits)
     hours = round((now - since).total_seconds() / 3600)
     days = round(hours / 24)
     period = (f"the last {days} day{'s' if days != 1 else ''}" if hours >= 24
@@ -269,7 +269,7 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
         headline = f"Nothing was measured since {since:%Y-%m-%d %H:%M} UTC."
     elif quiet:
         short = sum(e["short_series"] is not None for e in entries)
-        headline = (f"Quiet: {_count(commits, 'commit')} measured in {period} across "
+        headline = (f"Quiet: {_count(measured, 'commit')} measured in {period} across "
                     f"{_count(len(entries), 'series', 'series')}; no stored regression, failure or bisect, "
                     f"no change point, no drift, no environment change.")
         if short:
@@ -277,12 +277,12 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
                          f"(under {SHORT_SERIES_POINTS} points); the trial test of the newest commit against the first found "
                          "no REGRESSION or IMPROVEMENT.")
     else:
-        headline = (f"{', '.join(parts)} in {period} ({_count(commits, 'commit')} measured, "
+        headline = (f"{', '.join(parts)} in {period} ({_count(measured, 'commit')} measured, "
                     f"{_count(len(entries), 'series', 'series')}).")
-    return Summary(since, now, quiet, headline, runs, entries)
+    return RegressionSummary(since, now, quiet, headline, runs, entries)
 
 
-def _stored_marks(summary: Summary, e: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
+def _stored_marks(summary: RegressionSummary, e: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
     """The stored verdicts of series ``e``'s engine, host, mode and workload: ``(sha, label,
     colour)`` for each whose commit is a point of the series, and the labels of those whose
     commit is not (a side branch)."""
@@ -302,7 +302,7 @@ def _stored_marks(summary: Summary, e: dict) -> tuple[list[tuple[str, str, str]]
     return on, off
 
 
-def render_trend_chart(summary: Summary, path: Path, title: str = "specperf trend") -> Path:
+def render_trend_chart(summary: RegressionSummary, path: Path, title: str = "specperf trend") -> Path:
     """A PNG of each series' output tok/s per commit (median line, trials as dots), with
     confirmed change points (red dashed line between the two commits, labelled with the
     change), a flagged drift (red band over the newest commits), a short series' test when it

@@ -1,7 +1,13 @@
 """Persistence for runs, trials, environment snapshots and verdicts (SQLModel over SQLAlchemy).
 
 SQLite by default, any SQLAlchemy URL (PostgreSQL: ``postgresql+psycopg://...``) by config;
-the schema is migrated with Alembic on open. ``core`` never imports from here.
+the schema is migrated with Alembic on open. It only persists: the database handle is called
+``db`` (a SQLAlchemy ``Engine``, never an LLM engine), progress reaches front ends through
+their own observers beside :class:`RunStore`, and whether a recorded owner process is alive is
+a rule the caller passes in (``owner_alive``).
+
+Layer: imports ``core`` (public names only); imported by ``bot``; ``core`` never imports
+from here.
 
 Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
 list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series),
@@ -20,7 +26,6 @@ from storage._jobs import (
     enqueue,
     get_job,
     job_for_run,
-    run_threads,
     list_commands,
     list_jobs,
     list_ticks,
@@ -28,6 +33,7 @@ from storage._jobs import (
     record_command,
     record_tick,
     requeue_or_fail,
+    run_threads,
     update_job,
     watch_jobs,
 )

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from core import (
     IMPROVEMENT,
@@ -165,10 +165,10 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
                  for rid in (s.get("compare_run_id") for s in (r.settings.get("bisect") or {}).get("steps", [])) if rid}
         wanted = {r.id for r in runs} | steps
         verdicts = list(session.exec(select(VerdictRow).where(VerdictRow.run_id.in_(wanted)))) if wanted else []
-        step_runs = {r.id: r for r in session.exec(select(Run).where(Run.id.in_(steps)))} if steps else {}
+        step_runs = {r.id: r for r in session.exec(select(Run).where(col(Run.id).in_(steps)))} if steps else {}
         arms = list(session.exec(select(Arm).where(Arm.run_id.in_(wanted)))) if wanted else []
         acceptance = list(session.exec(select(Trial.arm_id, Trial.acceptance_length).where(
-            Trial.run_id.in_(wanted), Trial.status == "ok", Trial.acceptance_length.is_not(None)))) if wanted else []
+            col(Trial.run_id).in_(wanted), Trial.status == "ok", col(Trial.acceptance_length).is_not(None)))) if wanted else []
 
     by_run = {r.id: r for r in runs} | step_runs
     arm_acceptance: dict[int, list[float]] = {}

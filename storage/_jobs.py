@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from storage._models import CommandRecord, Job, ScheduleTick, utcnow
 
@@ -72,9 +72,9 @@ def run_threads(db: Engine, run_ids: list[int]) -> dict[int, tuple[str, str]]:
     if not run_ids:
         return {}
     with Session(db) as session:
-        jobs = session.exec(select(Job).where(Job.run_id.in_(run_ids)))
+        jobs = session.exec(select(Job).where(col(Job.run_id).in_(run_ids)))
         return {j.run_id: (j.slack.get("channel", j.channel_id), j.slack["thread_ts"])
-                for j in jobs if (j.slack or {}).get("thread_ts")}
+                for j in jobs if j.run_id is not None and (j.slack or {}).get("thread_ts")}
 
 
 def update_job(db: Engine, job_id: int, **fields) -> Job:

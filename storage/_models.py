@@ -16,7 +16,7 @@ from sqlmodel import Field, SQLModel
 
 def utcnow() -> dt.datetime:
     """The current UTC time (timezone-aware)."""
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class Run(SQLModel, table=True):

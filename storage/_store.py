@@ -156,13 +156,11 @@ class RunStore(CompareObserver):
 
 class BisectStore(BisectObserver):
     """Records one bisect: its run (kind ``bisect``) once the range is resolved, and each
-    step's compare as its own compare run made by ``compare_store`` (default
-    :class:`RunStore`), linked both ways; ``compare_runs`` maps each step number to its compare
+    step's compare as its own compare run (a :class:`RunStore`), linked both ways; ``compare_runs`` maps each step number to its compare
     run's id. Every hook commits at once."""
 
-    def __init__(self, db: Engine, request: BisectRequest,
-                 compare_store: Callable[[Engine], RunStore] = RunStore) -> None:
-        self.db, self.request, self.compare_store = db, request, compare_store
+    def __init__(self, db: Engine, request: BisectRequest) -> None:
+        self.db, self.request = db, request
         self.run_id: int | None = None
         self.compare_runs: dict[int, int] = {}  # step number -> the id of that step's compare run
 
@@ -182,7 +180,7 @@ class BisectStore(BisectObserver):
             self.run_id = run.id
 
     def compare_observer(self, step: BisectStep, request: CompareRequest) -> CompareObserver:
-        store = self.compare_store(self.db)
+        store = RunStore(self.db)
         self.compare_runs[step.number] = store.create(
             request, step.base_sha, step.head_sha,
             extra={"bisect": {"run_id": self.run_id, "step": step.number, "kind": step.kind}})

@@ -17,6 +17,7 @@ import pytest
 import core
 import storage
 from core._bisect import Search
+from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 from tests.test_compare import long_running_config
@@ -42,6 +43,7 @@ def request_for(planted, port: int, good: str, bad: str) -> core.BisectRequest:
     )
 
 
+@pytest.mark.e2e
 async def test_bisect_names_the_planted_commit_within_the_bound(planted, tmp_path, unused_tcp_port):
     _, shas, _ = planted
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
@@ -121,6 +123,7 @@ async def test_bad_ranges_fail_before_anything_runs(planted, tmp_path, unused_tc
     assert storage.list_runs(db) == [] and not (tmp_path / "work").exists()
 
 
+@pytest.mark.e2e
 def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, unused_tcp_port):
     """Through the ``specperf bisect`` command: c8..c16 all carry the slow step."""
     path, shas, _ = planted
@@ -155,6 +158,7 @@ def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, u
     assert [v.verdict for v in compare_run.verdicts] == [core.NO_CHANGE]
 
 
+@pytest.mark.e2e
 def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unused_tcp_port):
     path, _, _ = planted
     config = long_running_config(tmp_path, path, unused_tcp_port)
@@ -172,3 +176,58 @@ def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unus
     runs = {run.kind: run for run, _ in storage.list_runs(db)}
     assert runs["bisect"].status == "interrupted" and runs["bisect"].settings["bisect"]["outcome"] == "interrupted"
     assert runs["compare"].status == "interrupted" and runs["compare"].settings["bisect"]["run_id"] == runs["bisect"].id
+
+
+# The bisect's logic on core.testing.FakeHost: every compare is in-process launches with real
+# worktrees and statistics, about a second each; the effect is planted at 3x slower tokens
+# with a 25% margin, so that verdicts hold on a loaded machine.
+
+FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, warmup_requests=0)
+
+
+def fake_bisect(path, shas: dict[str, str], work, good: str, bad: str, itl_ms, max_trials: int = 8
+                ) -> tuple[core.BisectRequest, FakeHost]:
+    host = FakeHost(work, itl_ms)
+    return core.BisectRequest(
+        engine_name="fake", engine=fake_engine_config(path), workload_name="w", workload=FAST_WORKLOAD,
+        good_ref=good, bad_ref=bad, mode="baseline", host=host, triage_rules=None,
+        settings=core.CompareConfig(min_trials=4, max_trials=max_trials, cooldown_s=0, margin_pct=25.0),
+    ), host
+
+
+def planted_itl(shas: dict[str, str], slow_from: int, broken: int | None = None):
+    """ITL 20 ms up to c<slow_from - 1>, 60 ms from c<slow_from> on; c<broken> never starts."""
+    index = {sha: int(tag[1:]) if tag.startswith("c") else 0 for tag, sha in shas.items()}
+    return lambda launch: None if index[launch.sha] == broken else 60.0 if index[launch.sha] >= slow_from else 20.0
+
+
+async def test_fake_host_bisect_finds_the_culprit_within_the_bound_and_skips_a_broken_commit(planted, tmp_path):
+    path, shas, _ = planted
+    request, host = fake_bisect(path, shas, tmp_path / "work", "good", "c16", planted_itl(shas, 8, broken=6))
+    result = await core.bisect(request)
+    assert result.status == "found", result.message
+    assert result.culprit == shas["c8"] and result.confirmed
+    assert result.compares <= result.max_compares + 1  # one skip costs at most one compare
+    broken = [s for s in result.steps if shas["c6"] in (s.head_sha, s.base_sha)]
+    assert broken and all(s.status == "failed" for s in broken) and "skipped" in broken[0].outcome
+    assert result.trials == len(host.launches)
+
+
+async def test_fake_host_bisect_skips_a_commit_that_stays_inconclusive_with_twice_the_trials(tmp_path):
+    shas = make_repo(tmp_path / "repo", linear_history(n=4, slow=3))
+    slow = planted_itl(shas, 3)
+    noisy: list[int] = []
+
+    def itl_ms(launch):
+        if launch.sha != shas["c2"]:
+            return slow(launch)
+        noisy.append(1)  # c2 is alternately much faster and slower than good: never settles
+        return 10.0 if len(noisy) % 2 else 40.0
+
+    request, host = fake_bisect(tmp_path / "repo", shas, tmp_path / "work", "good", "c4", itl_ms, max_trials=4)
+    result = await core.bisect(request)
+    c2 = [s for s in result.steps if s.head_sha == shas["c2"]]
+    assert [s.verdict for s in c2] == [core.INCONCLUSIVE, core.INCONCLUSIVE], [s.outcome for s in result.steps]
+    assert c2[1].trials == 2 * c2[0].trials  # measured once more with twice the trials...
+    assert "stays INCONCLUSIVE with more trials: skipped" in c2[1].outcome  # ...then skipped
+    assert shas["c3"] in ([result.culprit] if result.culprit else result.candidates), result.message

@@ -47,6 +47,7 @@ def _jobs(db):
     return storage.list_jobs(db, ("queued", "running", "done", "failed", "cancelled", "interrupted"))
 
 
+@pytest.mark.e2e
 async def test_compare_end_to_end_threaded_verdict_matches_the_stored_run(make_bot, emulator, repo):
     bot = await make_bot()
     emulator.script("chat.postMessage", 429, 500)  # Slack pushing back: nothing may be lost
@@ -129,6 +130,7 @@ async def test_a_ref_that_names_no_commit_is_a_usage_error_after_the_ack(make_bo
     assert _jobs(bot.db) == []
 
 
+@pytest.mark.e2e
 async def test_a_slack_retry_never_queues_a_duplicate(make_bot, emulator):
     bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
     body = form("compare slow --modes baseline", trigger="trig-once", response_url=emulator.response_url())
@@ -149,6 +151,7 @@ async def test_a_slack_retry_never_queues_a_duplicate(make_bot, emulator):
     await bot.queue.cancel(job.id, "test over")
 
 
+@pytest.mark.e2e
 async def test_cancel_stops_a_running_job_and_its_engine(make_bot, emulator):
     bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
     await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
@@ -175,6 +178,7 @@ def _trials(db):
         return list(session.exec(select(storage.Trial)))
 
 
+@pytest.mark.e2e
 async def test_help_status_queue_and_history_answer_and_every_command_is_audited(make_bot, emulator):
     bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
     help_reply, _ = await post_command(bot.port, form("help"))
@@ -203,6 +207,7 @@ async def test_help_status_queue_and_history_answer_and_every_command_is_audited
     await bot.queue.cancel(1, "test over")
 
 
+@pytest.mark.e2e
 async def test_a_failed_run_replies_with_the_reason_and_the_engine_log_tail(make_bot, emulator):
     bot = await make_bot()
     await post_command(bot.port, form("compare broken --modes baseline", response_url=emulator.response_url()))
@@ -218,6 +223,7 @@ async def test_a_failed_run_replies_with_the_reason_and_the_engine_log_tail(make
     assert emulator.recorded("files.completeUploadExternal") == []  # no chart for a run without a verdict
 
 
+@pytest.mark.e2e
 async def test_env_probes_the_local_host_and_reports_the_checks(make_bot, emulator):
     bot = await make_bot()
     response, seconds = await post_command(bot.port, form("env local", response_url=emulator.response_url("env")))
@@ -229,6 +235,7 @@ async def test_env_probes_the_local_host_and_reports_the_checks(make_bot, emulat
     assert any(line.split(" ", 1)[0] in ("PASS", "WARN", "FAIL") for line in text.splitlines()[1:])
 
 
+@pytest.mark.e2e
 async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job_once(make_bot, emulator):
     bot = await make_bot(workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
     await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
@@ -262,6 +269,7 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
     await bot.queue.cancel(job[0].id, "test over")
 
 
+@pytest.mark.e2e
 async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emulator, unused_tcp_port, monkeypatch):
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     shas = make_repo(tmp_path / "history", linear_history(n=4, slow=3))

@@ -45,6 +45,7 @@ def _runs(db):
         return list(session.exec(select(storage.Run).order_by(storage.Run.id)))
 
 
+@pytest.mark.e2e
 async def test_a_killed_bot_is_reconciled_and_every_queued_job_runs_once(tmp_path, emulator, unused_tcp_port):
     repo = tmp_path / "engine-repo"
     make_repo(repo)
@@ -125,6 +126,7 @@ def test_requeue_disabled_fails_the_interrupted_job(tmp_path):
     assert storage.requeue_or_fail(db, again.id, True, "crash again") == "failed"  # re-queued once only
 
 
+@pytest.mark.e2e
 async def test_sigterm_mid_run_stops_the_bot_cleanly(tmp_path, emulator, unused_tcp_port):
     repo = tmp_path / "engine-repo"
     make_repo(repo)

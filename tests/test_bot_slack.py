@@ -26,6 +26,7 @@ async def _bot(tmp_path, repo, emulator, port, monkeypatch, **kwargs) -> SlackBo
     return bot
 
 
+@pytest.mark.e2e
 async def test_socket_mode_envelopes_are_acked_and_run(tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
     bot = await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
     try:
@@ -70,6 +71,7 @@ async def test_a_burst_of_429s_and_500s_loses_no_message_and_keeps_the_pace(tmp_
     assert other.at < delivered[-1].at  # another channel does not wait behind C1's queue
 
 
+@pytest.mark.e2e
 async def test_not_in_channel_falls_back_to_the_response_url(tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
     bot = await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
     try:
@@ -85,6 +87,7 @@ async def test_not_in_channel_falls_back_to_the_response_url(tmp_path, repo, emu
         await bot.stop()
 
 
+@pytest.mark.e2e
 async def test_specperf_bot_connects_in_socket_mode_as_a_process(tmp_path, repo, emulator, unused_tcp_port):
     import os
     import subprocess
@@ -109,6 +112,7 @@ async def test_specperf_bot_connects_in_socket_mode_as_a_process(tmp_path, repo,
     assert "xapp-test-token" not in stderr and "xoxb-test-token" not in stderr
 
 
+@pytest.mark.e2e
 async def test_a_missing_or_refused_token_stops_the_bot_at_start(tmp_path, repo, emulator, unused_tcp_port,
                                                                  monkeypatch):
     import os

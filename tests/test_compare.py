@@ -3,6 +3,7 @@ worktrees, ABBA launches, verdicts, storage, failures and interrupts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from sqlmodel import Session, select
 
 import core
 import storage
+from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
 from tests.fake_engine_repo import fake_engine
 
@@ -52,6 +54,7 @@ async def run(request: core.CompareRequest, db_url: str) -> tuple[core.CompareRe
     return await core.compare(request, store, shas=shas), run_id
 
 
+@pytest.mark.e2e
 async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     for attempt in range(3):
@@ -62,26 +65,38 @@ async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
             assert verdict.verdict == core.NO_CHANGE, (attempt, mode, verdict)
 
 
-async def test_slower_commit_is_a_regression_in_both_modes(repo, tmp_path, unused_tcp_port):
-    path, shas = repo
-    result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"),
-                               f"sqlite:///{tmp_path}/db.sqlite")
+@pytest.fixture(scope="module")
+def slow_compare(tmp_path_factory):
+    """One compare of ``slow`` against its parent in both modes on the fast fake engine, shared
+    by the tests that read it: (repo path, {tag: SHA}, result, run id, database URL, port)."""
+    from tests.conftest import free_port
+    from tests.fake_engine_repo import make_repo
+
+    root = tmp_path_factory.mktemp("slow-compare")
+    shas = make_repo(root / "engine-repo")
+    port, url = free_port(), f"sqlite:///{root}/db.sqlite"
+    result, run_id = asyncio.run(run(request_for(root / "engine-repo", port, "slow", None, root / "work"), url))
+    return root / "engine-repo", shas, result, run_id, url, port
+
+
+@pytest.mark.e2e
+def test_slower_commit_is_a_regression_in_both_modes(slow_compare):
+    path, shas, result, run_id, url, port = slow_compare
     assert (result.base_sha, result.head_sha) == (shas["noop"], shas["slow"])  # base: first parent
     for verdict in result.verdicts.values():
         assert verdict.verdict == core.REGRESSION
         assert -12.0 < verdict.change_pct < -6.0  # ITL x1.1 is -9.1% tok/s
     # ABBA within each mode, the same port for every launch
-    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
+    stored = storage.load_run(storage.open_database(url), run_id)
     roles = [stored.arms[t.arm_id].role for t in stored.trials if stored.arms[t.arm_id].mode == "baseline"]
     assert roles[:4] == ["base", "head", "head", "base"]
-    assert all(f"--port {unused_tcp_port}" in " ".join(t.argv) for t in stored.trials)
+    assert all(f"--port {port}" in " ".join(t.argv) for t in stored.trials)
     assert all(group_members(t.pgid) == [] for t in stored.trials)
 
 
-async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused_tcp_port):
-    path, _ = repo
-    url = f"sqlite:///{tmp_path}/db.sqlite"
-    result, run_id = await run(request_for(path, unused_tcp_port, "slow", None, tmp_path / "work"), url)
+@pytest.mark.e2e
+def test_stored_run_recomputes_to_the_same_verdicts(slow_compare, tmp_path):
+    path, shas, result, run_id, url, port = slow_compare
     stored = storage.load_run(storage.open_database(url), run_id)
     assert stored.run.status == "done"
     assert {v.mode: v.verdict for v in stored.verdicts} == {m: v.verdict for m, v in result.verdicts.items()}
@@ -101,6 +116,7 @@ async def test_stored_run_recomputes_to_the_same_verdicts(repo, tmp_path, unused
     assert "speedup over baseline" in out.stdout
 
 
+@pytest.mark.e2e
 async def test_commit_that_fails_to_start_is_a_failed_run(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     url = f"sqlite:///{tmp_path}/db.sqlite"
@@ -114,6 +130,7 @@ async def test_commit_that_fails_to_start_is_a_failed_run(repo, tmp_path, unused
     assert stored.verdicts == []
 
 
+@pytest.mark.e2e
 async def test_worktrees_are_reused_and_the_checkout_untouched(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     (path / "src/fake_engine.py").write_text("# the user's uncommitted edit\n")
@@ -134,6 +151,7 @@ BAD_REFS = ["HEAD; touch {canary}", "--upload-pack=touch {canary}", "$(touch {ca
             "HEAD`touch {canary}`"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("bad", BAD_REFS)
 @pytest.mark.parametrize("where", ["commit", "--base"])
 def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_port, bad, where):
@@ -156,6 +174,7 @@ def test_bad_refs_are_rejected_before_anything_runs(repo, tmp_path, unused_tcp_p
     assert not (home / "work").exists() and not (home / "specperf.db").exists()  # nothing ran, nothing stored
 
 
+@pytest.mark.e2e
 def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     config = long_running_config(tmp_path, path, unused_tcp_port)
@@ -178,6 +197,7 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
     assert trial.status == "interrupted"
 
 
+@pytest.mark.e2e
 async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     engine = fake_engine(path, unused_tcp_port, ROOT).model_copy(update={
@@ -204,6 +224,7 @@ async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo
     assert "missing header cuda.h" in result.log_tail
 
 
+@pytest.mark.e2e
 def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     config = long_running_config(tmp_path, path, unused_tcp_port)
@@ -226,3 +247,75 @@ def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unu
     with Session(db) as session:
         first = session.get(storage.Run, 1)
     assert first.status == "interrupted" and "ended without finishing" in first.reason
+
+
+# The compare's logic in about a second a compare: core.testing.FakeHost runs each engine
+# launch as an in-process exact-rate server whose inter-token latency the test decides, with
+# real git worktrees, the real benchmark client and the real statistics. Effects are planted
+# large (3x slower tokens) with a 25% margin, so the verdicts hold on a loaded machine.
+
+FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, warmup_requests=0)
+FAST_SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0, margin_pct=25.0)
+
+
+def fake_request(repo, host: FakeHost, head: str, modes=("baseline", "eagle3")) -> core.CompareRequest:
+    path, _ = repo
+    return core.CompareRequest(
+        engine_name="fake", engine=fake_engine_config(path, {"baseline": [], "eagle3": ["--spec"]}),
+        workload_name="w", workload=FAST_WORKLOAD, head_ref=head, base_ref=None, modes=list(modes),
+        settings=FAST_SETTINGS, host=host,
+    )
+
+
+def launched(host: FakeHost, shas: dict[str, str]) -> list[tuple[str, str]]:
+    """(tag, mode) of each launch on the fake host, in order."""
+    tags = {sha: tag for tag, sha in shas.items()}
+    return [(tags[launch.sha], "eagle3" if "--spec" in launch.argv else "baseline") for launch in host.launches]
+
+
+async def test_launches_go_abba_by_mode_and_round_and_stop_once_decided(repo, tmp_path):
+    path, shas = repo
+    host = FakeHost(tmp_path / "work", lambda launch: 60.0 if launch.sha == shas["slow"] else 20.0)
+    result = await core.compare(fake_request(repo, host, "slow"))
+    assert result.status == "done", result.reason
+    assert {m: v.verdict for m, v in result.verdicts.items()} == {"baseline": core.REGRESSION, "eagle3": core.REGRESSION}
+    assert all(v.n_pairs == 4 for v in result.verdicts.values())  # decided at min_trials: no extra round
+    abba = [("noop", "{m}"), ("slow", "{m}"), ("slow", "{m}"), ("noop", "{m}")]
+    round_ = [(t, m.format(m=mode)) for mode in ("baseline", "eagle3") for t, m in abba]
+    assert launched(host, shas) == round_ * 2
+
+
+async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_one_stops(repo, tmp_path):
+    path, shas = repo
+    heads: dict[str, int] = {}
+
+    def itl_ms(launch) -> float:
+        mode = "eagle3" if "--spec" in launch.argv else "baseline"
+        if launch.sha != shas["slow"]:
+            return 20.0
+        if mode == "eagle3":
+            return 60.0
+        # baseline: the commit is alternately much faster and much slower than its base, so
+        # the pairs disagree and no number of them settles the verdict
+        heads[mode] = heads.get(mode, 0) + 1
+        return 10.0 if heads[mode] % 2 else 40.0
+
+    host = FakeHost(tmp_path / "work", itl_ms)
+    result = await core.compare(fake_request(repo, host, "slow"))
+    assert result.status == "done", result.reason
+    baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
+    assert eagle3.verdict == core.REGRESSION and eagle3.n_pairs == 4
+    assert baseline.verdict == core.INCONCLUSIVE and baseline.n_pairs == 8 == FAST_SETTINGS.max_trials
+    modes = [mode for _, mode in launched(host, shas)]
+    # rounds 1-2: both modes; rounds 3-4: the undecided baseline alone
+    assert modes == ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 8
+
+
+async def test_a_commit_whose_engine_never_starts_ends_the_run_as_failed(repo, tmp_path):
+    path, shas = repo
+    host = FakeHost(tmp_path / "work", lambda launch: None if launch.sha == shas["slow"] else 20.0)
+    result = await core.compare(fake_request(repo, host, "slow"))
+    assert result.status == "failed" and result.verdicts == {}
+    assert "exited with status 1 before it was ready" in result.reason
+    assert "illegal memory access" in result.log_tail
+    assert launched(host, shas) == [("noop", "baseline"), ("slow", "baseline")]  # nothing after the failure

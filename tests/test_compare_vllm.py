@@ -3,7 +3,10 @@ repository (scripts/make_engine_repo.py): each branch plants one known change. T
 broken-draft branch (acceptance collapses) runs through the Slack bot and an SSH host in
 tests/test_bot_vllm_ssh.py.
 
-Slow: every launch of vLLM takes about half a minute; a two-mode compare is 16 launches.
+Slow: every launch of vLLM takes about half a minute. The launches are shared: the
+``slow-spec`` compare (16 launches, tests/conftest.py) is measured once per session and
+asserted on here and in tests/test_vllm_engine.py; ``slow-step`` runs in baseline mode only
+(8 launches), since the EAGLE-3 path of a step-time regression is the slow-spec compare's.
 """
 
 from __future__ import annotations
@@ -11,69 +14,57 @@ from __future__ import annotations
 import pytest
 
 import core
-import storage
-from bot import load_config
-from tests.conftest import group_members, local_host
+from tests.conftest import group_members, vllm_compare
 
-# A two-mode compare is 16 to 32 launches of about 35 s each.
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
 
 
-@pytest.fixture
-def plan(testenv, monkeypatch, tmp_path, unused_tcp_port):
-    monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
-    monkeypatch.chdir(tmp_path)
-    config = load_config()
-    engine = config.engine("tiny-vllm").model_copy(update={"port": unused_tcp_port})
-
-    def make(head: str, modes: list[str]) -> core.CompareRequest:
-        return core.CompareRequest(
-            engine_name="tiny-vllm", engine=engine, workload_name="default", workload=config.workload("default"),
-            head_ref=head, base_ref=None, modes=modes,
-            settings=config.compare.model_copy(update={"cooldown_s": 1}), host=local_host(tmp_path / "work"),
-        )
-
-    return make
+def no_engine_left(stored) -> bool:
+    return all(group_members(t.pgid) == [] for t in stored.trials if t.pgid)
 
 
-async def run(request: core.CompareRequest, tmp_path) -> tuple[core.CompareResult, storage.StoredRun]:
-    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
-    store = storage.RunStore(db)
-    shas = await core.resolve_refs(request)
-    run_id = store.create(request, *shas)
-    result = await core.compare(request, store, shas=shas)
-    stored = storage.load_run(db, run_id)
-    assert all(group_members(t.pgid) == [] for t in stored.trials if t.pgid)
-    return result, stored
+@pytest.fixture(scope="module")
+def slow_step_compare(testenv, tmp_path_factory):
+    """``slow-step`` (every decode step 15% slower) against its parent in baseline mode."""
+    return vllm_compare(testenv, tmp_path_factory.mktemp("slow-step"), "slow-step", ["baseline"])
 
 
-async def test_every_step_slowdown_is_a_regression_in_both_modes(plan, tmp_path):
-    result, stored = await run(plan("slow-step", ["baseline", "eagle3"]), tmp_path)
+def test_every_step_slowdown_is_a_regression_of_step_time(slow_step_compare):
+    result, stored = slow_step_compare
+    assert result.status == "done", result.reason
+    assert result.imported["head"]["from_worktree"] and result.imported["base"]["from_worktree"]
+    verdict = result.verdicts["baseline"]
+    assert verdict.verdict == core.REGRESSION, verdict
+    assert verdict.attribution == "step time"
+    assert {v.mode: v.verdict for v in stored.verdicts} == {"baseline": core.REGRESSION}
+    assert no_engine_left(stored)
+
+
+def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_compare):
+    result, stored = slow_spec_compare
     assert result.status == "done", result.reason
     assert result.imported["head"]["from_worktree"]
-    for mode, verdict in result.verdicts.items():
-        assert verdict.verdict == core.REGRESSION, (mode, verdict)
-        assert verdict.attribution == "step time"
-
-
-async def test_speculative_only_slowdown(plan, tmp_path):
-    request = plan("slow-spec", ["baseline", "eagle3"])
-    # The planted step is +1.5 ms on a ~8 ms verify step (about -15% tok/s); a 5% margin lets
-    # the baseline's NO CHANGE settle in 4 launch pairs on this noisy 2-vCPU machine (with 3% it
-    # often took all 8, about 15 minutes).
-    request.settings = request.settings.model_copy(update={"margin_pct": 5.0})
-    result, _ = await run(request, tmp_path)
-    assert result.status == "done", result.reason
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
     assert baseline.verdict == core.NO_CHANGE, baseline
     assert eagle3.verdict == core.REGRESSION, eagle3
     assert abs(eagle3.acceptance_change_pct) < 1.0  # acceptance unchanged...
     assert eagle3.step_ms_change_pct > 5.0  # ...the verify step got slower
     assert eagle3.attribution == "step time"
+    assert {v.mode: v.verdict for v in stored.verdicts} == {"baseline": core.NO_CHANGE, "eagle3": core.REGRESSION}
+    assert no_engine_left(stored)
 
 
-async def test_commit_that_fails_to_start_is_a_failed_run(plan, tmp_path):
-    result, stored = await run(plan("fails-to-start", ["baseline"]), tmp_path)
+def test_launches_go_abba_per_mode_on_one_port(slow_spec_compare):
+    _, stored = slow_spec_compare
+    for mode in ("baseline", "eagle3"):
+        roles = [stored.arms[t.arm_id].role for t in stored.trials if stored.arms[t.arm_id].mode == mode]
+        assert len(roles) % 4 == 0 and roles[:4] == ["base", "head", "head", "base"], (mode, roles)
+    ports = {t.argv[t.argv.index("--port") + 1] for t in stored.trials}
+    assert len(ports) == 1
+
+
+def test_commit_that_fails_to_start_is_a_failed_run(testenv, tmp_path):
+    result, stored = vllm_compare(testenv, tmp_path, "fails-to-start", ["baseline"])
     assert result.status == "failed"
     assert stored.run.status == "failed"
     # the plugin is checked by import before any launch, or the engine dies at start: either

@@ -33,6 +33,7 @@ MODES = ["baseline"]  # one mode is enough for the history; a second doubles its
 WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=4, warmup_requests=1)
 SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0)
 UTC = dt.UTC
+pytestmark = pytest.mark.e2e  # the history is eight compares on the fast fake engine
 
 
 def _free_port() -> int:

@@ -197,6 +197,7 @@ async def test_a_connection_dropped_mid_trial_leaves_no_engine_and_a_failed_run(
         assert (await host.run(["true"])).returncode == 0
 
 
+@pytest.mark.e2e
 async def test_the_host_lock_makes_a_second_compare_wait_or_fail(tmp_path):
     repo = tmp_path / "repo"
     make_repo(repo)

@@ -48,6 +48,7 @@ def read_pid(pidfile: Path) -> int:
     raise AssertionError("the engine never wrote its pid")
 
 
+@pytest.mark.e2e
 async def test_successful_trial_stops_its_whole_group(tmp_path, unused_tcp_port):
     os.chdir(ROOT)
     trial = await measure("fake", server_engine(unused_tcp_port), "baseline", "w", WORKLOAD, tmp_path)
@@ -57,6 +58,7 @@ async def test_successful_trial_stops_its_whole_group(tmp_path, unused_tcp_port)
     assert_group_gone(trial.pgid)
 
 
+@pytest.mark.e2e
 async def test_engine_that_never_gets_ready(tmp_path, unused_tcp_port):
     pidfile = tmp_path / "pid"
     engine = EngineConfig(
@@ -68,12 +70,14 @@ async def test_engine_that_never_gets_ready(tmp_path, unused_tcp_port):
     assert_group_gone(read_pid(pidfile))
 
 
+@pytest.mark.e2e
 async def test_engine_that_exits_before_ready(tmp_path, unused_tcp_port):
     engine = EngineConfig(kind="command", port=unused_tcp_port, command=["bash", "-c", "echo CUDA out of memory; exit 3"])
     with pytest.raises(EngineExitedError, match=r"exited with status 3 before it was ready(.|\n)*CUDA out of memory"):
         await measure("oom", engine, "baseline", "w", WORKLOAD, tmp_path)
 
 
+@pytest.mark.e2e
 async def test_engine_that_dies_mid_run(tmp_path, unused_tcp_port):
     os.chdir(ROOT)
     pidfile = tmp_path / "pid"
@@ -83,6 +87,7 @@ async def test_engine_that_dies_mid_run(tmp_path, unused_tcp_port):
     assert_group_gone(read_pid(pidfile))
 
 
+@pytest.mark.e2e
 async def test_truncated_response_is_one_clear_error(tmp_path, unused_tcp_port):
     os.chdir(ROOT)
     pidfile = tmp_path / "pid"
@@ -124,6 +129,7 @@ def _cli(config: Path, tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
+@pytest.mark.e2e
 def test_cli_measure_prints_a_table_and_writes_json(tmp_path, unused_tcp_port):
     config = tmp_path / "specperf.toml"
     _write_config(config, [sys.executable, "-m", "tests.exact_rate_server", "--port", "{port}", "--itl-ms", "2"],
@@ -140,6 +146,7 @@ def test_cli_measure_prints_a_table_and_writes_json(tmp_path, unused_tcp_port):
     assert_group_gone(result["pgid"])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_the_cli_stops_the_engine(tmp_path, unused_tcp_port, sig):
     pidfile = tmp_path / "pid"
@@ -154,6 +161,7 @@ def test_interrupting_the_cli_stops_the_engine(tmp_path, unused_tcp_port, sig):
     assert_group_gone(pgid)
 
 
+@pytest.mark.e2e
 async def test_a_server_that_is_not_ours_is_never_measured(tmp_path, exact_server, unused_tcp_port):
     pidfile = tmp_path / "pid"
     # the engine never binds its port; a foreign server takes it right after the launch
@@ -167,6 +175,7 @@ async def test_a_server_that_is_not_ours_is_never_measured(tmp_path, exact_serve
     assert_group_gone(read_pid(pidfile))
 
 
+@pytest.mark.e2e
 def test_a_second_interrupt_cannot_cut_the_stop_short(tmp_path, unused_tcp_port):
     pidfile = tmp_path / "pid"
     config = tmp_path / "specperf.toml"

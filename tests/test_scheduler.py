@@ -316,6 +316,7 @@ def _stored_median(db, sha: str) -> float:
             .where(storage.Arm.sha == sha, storage.Trial.status == "ok")))
 
 
+@pytest.mark.e2e
 async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(history, tmp_path, emulator, monkeypatch):
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     repo, shas, db_file = history
@@ -373,6 +374,7 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     assert emulator.recorded("files.completeUploadExternal") == []
 
 
+@pytest.mark.e2e
 async def test_a_watch_job_runs_in_the_bot_and_reports_in_the_watch_channel(tmp_path, emulator, monkeypatch,
                                                                             unused_tcp_port):
     from bot._slack_app import SlackBot

@@ -87,6 +87,7 @@ def _stub_engine(port: int, **env: str) -> EngineConfig:
 WORKLOAD = WorkloadConfig(output_len=200, concurrency=2, requests=6, warmup_requests=2)
 
 
+@pytest.mark.e2e
 async def test_trial_takes_acceptance_from_the_window_log(tmp_path, unused_tcp_port):
     trial = await measure("stub", _stub_engine(unused_tcp_port), "eagle3", "w", WORKLOAD, tmp_path)
     assert trial.sample.valid and trial.sample.output_tokens == 1200
@@ -98,6 +99,7 @@ async def test_trial_takes_acceptance_from_the_window_log(tmp_path, unused_tcp_p
     assert group_members(trial.pgid) == []
 
 
+@pytest.mark.e2e
 async def test_trial_prefers_per_request_verify_counts(tmp_path, unused_tcp_port):
     engine = _stub_engine(unused_tcp_port, STUB_SPEC_VERIFY_CT="80")
     trial = await measure("stub", engine, "eagle3", "w", WORKLOAD, tmp_path)
@@ -105,6 +107,7 @@ async def test_trial_prefers_per_request_verify_counts(tmp_path, unused_tcp_port
     assert trial.engine.source == "sglang per-request spec_verify_ct"
 
 
+@pytest.mark.e2e
 async def test_metrics_gauge_is_the_last_resort(unused_tcp_port):
     proc = subprocess.Popen(
         [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(unused_tcp_port)],

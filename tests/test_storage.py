@@ -21,6 +21,7 @@ def test_migrations_create_the_schema_and_are_idempotent(db_url):
         assert conn.execute(text("select version_num from alembic_version")).scalar() == "0003"
 
 
+@pytest.mark.e2e
 async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_port):
     repo = tmp_path / "repo"
     make_repo(repo)

@@ -214,8 +214,14 @@ def llama(tmp_path_factory):
     return model_dir(tmp_path_factory.mktemp("models"), "llama-8b", "LlamaForCausalLM", "llama")
 
 
-def test_torch_bump_ranks_first_and_areas_follow_the_layout(sglang_repo, llama):
-    entries = run_triage(sglang_repo, llama)
+@pytest.fixture(scope="module")
+def llama_entries(sglang_repo, llama) -> dict[str, core.TriageEntry]:
+    """The triage of the whole range for the Llama model, no arguments: read by several tests."""
+    return run_triage(sglang_repo, llama)
+
+
+def test_torch_bump_ranks_first_and_areas_follow_the_layout(llama_entries):
+    entries = llama_entries
     assert entries["torch"].rank == 1
     assert entries["torch"].areas == ["dependency pins"]
     assert entries["torch"].dependencies == ["torch ==2.8.0 -> ==2.9.1"]
@@ -230,9 +236,9 @@ def test_torch_bump_ranks_first_and_areas_follow_the_layout(sglang_repo, llama):
     assert [f.path for f in entries["torch"].files] == ["python/pyproject.toml"]
 
 
-def test_piecewise_all_reduce_follows_the_default_of_its_commit(sglang_repo, llama):
+def test_piecewise_all_reduce_follows_the_default_of_its_commit(llama_entries):
     """No flag given: before the default flipped the gated all-reduce change is inert, after it live."""
-    entries = run_triage(sglang_repo, llama)
+    entries = llama_entries
     old, new = entries["ar-old"], entries["ar-new"]
     assert old.inert, old.line()
     assert "piecewise CUDA graph" in old.note() and "off by default at this commit" in old.note()
@@ -257,8 +263,8 @@ def test_enable_flag_makes_the_old_all_reduce_change_live(sglang_repo, llama):
     assert "--enable-piecewise-cuda-graph is in the arguments" in entries["ar-old"].note()
 
 
-def test_model_specific_code_is_inert_unless_the_model_uses_it(sglang_repo, llama, tmp_path):
-    entries = run_triage(sglang_repo, llama)
+def test_model_specific_code_is_inert_unless_the_model_uses_it(sglang_repo, llama_entries, tmp_path):
+    entries = llama_entries
     assert entries["mamba"].inert and "not used by the configured model (LlamaForCausalLM)" in entries["mamba"].note()
     assert entries["qwen"].inert and "model file not used" in entries["qwen"].note()
     mamba = model_dir(tmp_path, "mamba-2.8b", "MambaForCausalLM", "mamba")
@@ -268,8 +274,8 @@ def test_model_specific_code_is_inert_unless_the_model_uses_it(sglang_repo, llam
     assert not live["qwen"].inert and live["mamba"].inert is False  # a hybrid model uses the Mamba layer
 
 
-def test_spec_v2_change_needs_its_environment_variable(sglang_repo, llama):
-    assert run_triage(sglang_repo, llama)["specv2"].inert
+def test_spec_v2_change_needs_its_environment_variable(sglang_repo, llama, llama_entries):
+    assert llama_entries["specv2"].inert
     live = run_triage(sglang_repo, llama, env={"SGLANG_ENABLE_SPEC_V2": "1"})["specv2"]
     assert not live.inert and "env SGLANG_ENABLE_SPEC_V2=1" in live.note()
 

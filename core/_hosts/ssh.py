@@ -120,7 +120,7 @@ class _SshEngine(EngineHandle):
         self.supervisor.write("stop\n")
         try:
             await asyncio.wait_for(self._stopped.wait(), grace_s + 15)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass  # closing the channel below makes the supervisor stop the group by itself
         finally:
             self.supervisor.close()
@@ -198,7 +198,7 @@ class SshHost(Host):
             except asyncssh.PermissionDenied:
                 raise HostError(f"SSH authentication to {cfg.ssh} (host {self.name}) failed: set "
                                 "identity_file or load the key into ssh-agent") from None
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, asyncssh.Error) as exc:
                 via = f" through the jump host {cfg.jump}" if cfg.jump else ""
                 raise HostError(f"cannot reach host {self.name} ({cfg.ssh}:{cfg.port}){via}: "
                                 f"{_why(exc)}; check the address, port and network") from None
@@ -233,7 +233,7 @@ class SshHost(Host):
             try:
                 stdout, stderr = await asyncio.wait_for(process.communicate(input), timeout_s + 15)
                 status = (await process.wait(check=False)).exit_status
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise CommandTimeout(f"{shlex.join(argv)[:200]} did not answer within {timeout_s:g} s on "
                                      f"host {self.name}") from None
             except (OSError, asyncssh.Error) as exc:

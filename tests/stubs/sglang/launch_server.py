@@ -17,7 +17,7 @@ import asyncio
 import os
 import time
 
-from tests.exact_rate_server import ExactRateServer
+from core.testing import ExactRateServer
 
 METRICS = """# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.
 # TYPE sglang:spec_accept_length gauge

@@ -1,0 +1,277 @@
+"""The application layer under every front end (the CLI, the Slack commands, the job queue,
+the scheduler): one place that turns (config, engine, workload, modes, refs, options) into a
+validated :class:`core.CompareRequest` or :class:`core.BisectRequest`, resolves modes once
+(the only "engine has no such mode" check of the front ends), and runs an experiment the same
+way for all of them: take the host lock, reconcile what a killed specperf left, record the
+run, then compare or bisect.
+
+Progress reaches a front end by composition: it passes an observer (a
+:class:`core.CompareObserver` or :class:`core.BisectObserver`: the terminal's printer, a job's
+notifier), which hears every hook beside storage's recorder; storage only persists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import core
+import storage
+from bot._common import pick
+from bot._runs import reconcile_runs
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The engine and workload an experiment uses, by name and settings, and its host name
+    (default: the engine's host; the engine's ``host`` is set to it)."""
+
+    engine_name: str
+    engine: core.EngineConfig
+    workload_name: str
+    workload: core.WorkloadConfig
+    host_name: str
+
+
+def choose(config: core.Config, engine: str | None = None, workload: str | None = None,
+           host: str | None = None) -> Choice:
+    """The engine ``engine`` (default: the only one), workload ``workload`` (default:
+    ``default``, or the only one) and host ``host`` (default: the engine's).
+
+    Raises:
+        core.ConfigError: several engines and none chosen, or no such engine or workload.
+    """
+    engine_name = pick(config.engines, engine, "engine")
+    workload_name = pick(config.workloads, workload, "workload", default="default")
+    spec = config.engine(engine_name)
+    host_name = host or spec.host
+    if spec.host != host_name:
+        spec = spec.model_copy(update={"host": host_name})
+    return Choice(engine_name, spec, workload_name, config.workload(workload_name), host_name)
+
+
+def resolve_modes(config: core.Config, engine_name: str, modes: list[str] | None) -> list[str]:
+    """The modes to measure: ``modes``, else ``[compare].modes`` that the engine has (the rule
+    of :func:`core.engine_modes`, the only one).
+
+    Raises:
+        core.ConfigError: the engine lacks one of them, or none is left.
+    """
+    return core.engine_modes(config, engine_name, modes)
+
+
+def bisect_mode(config: core.Config, engine_name: str, mode: str | None) -> str:
+    """The mode a bisect measures: ``mode``, else ``baseline``, else the engine's first.
+
+    Raises:
+        core.ConfigError: the engine has no such mode.
+    """
+    engine = config.engine(engine_name)
+    default = "baseline" if "baseline" in engine.modes else next(iter(engine.modes))
+    return resolve_modes(config, engine_name, [mode or default])[0]
+
+
+def compare_settings(config: core.Config, *, min_trials: int | None = None, max_trials: int | None = None,
+                     margin_pct: float | None = None, rounds: int | None = None) -> core.CompareConfig:
+    """``[compare]`` with these overrides; ``rounds`` N fixes the launches per arm and mode at 2N
+    (N ABBA rounds).
+
+    Raises:
+        core.ConfigError: the overrides do not validate (e.g. max below min).
+    """
+    if rounds:
+        min_trials = max_trials = 2 * rounds
+    overrides = {k: v for k, v in (("min_trials", min_trials), ("max_trials", max_trials),
+                                   ("margin_pct", margin_pct)) if v is not None}
+    try:
+        return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
+    except ValueError as exc:
+        raise core.ConfigError(f"bad compare option: {exc.errors()[0]['msg']}") from None
+
+
+def compare_request(config: core.Config, choice: Choice, host: core.Host, head_ref: str, base_ref: str | None,
+                    modes: list[str] | None, settings: core.CompareConfig | None = None,
+                    force_clean: bool = False) -> core.CompareRequest:
+    """A validated compare of ``head_ref`` against ``base_ref`` (``None``: its first parent).
+
+    Raises:
+        core.ConfigError: a mode the engine lacks.
+    """
+    return core.CompareRequest(
+        engine_name=choice.engine_name, engine=choice.engine, workload_name=choice.workload_name,
+        workload=choice.workload, head_ref=head_ref, base_ref=base_ref,
+        modes=resolve_modes(config, choice.engine_name, modes), settings=settings or config.compare, host=host,
+        force_clean=force_clean)
+
+
+def bisect_request(config: core.Config, choice: Choice, host: core.Host, good_ref: str, bad_ref: str,
+                   mode: str | None, settings: core.CompareConfig | None = None,
+                   force_clean: bool = False) -> core.BisectRequest:
+    """A validated bisect of ``good_ref``..``bad_ref`` in ``mode`` (default: :func:`bisect_mode`),
+    with the engine's triage rules.
+
+    Raises:
+        core.ConfigError: a mode the engine lacks.
+    """
+    return core.BisectRequest(
+        engine_name=choice.engine_name, engine=choice.engine, workload_name=choice.workload_name,
+        workload=choice.workload, good_ref=good_ref, bad_ref=bad_ref,
+        mode=bisect_mode(config, choice.engine_name, mode), settings=settings or config.compare, host=host,
+        triage_rules=config.triage.rules_for(choice.engine_name, choice.engine.kind), force_clean=force_clean)
+
+
+class CompareObservers(core.CompareObserver):
+    """Every hook of a compare passed to each observer in turn (storage's recorder first)."""
+
+    def __init__(self, *observers: core.CompareObserver) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def started(self, base_sha, head_sha) -> None:
+        for o in self.observers:
+            o.started(base_sha, head_sha)
+
+    def progress(self, message) -> None:
+        for o in self.observers:
+            o.progress(message)
+
+    def trial_launched(self, arm, seq, process) -> None:
+        for o in self.observers:
+            o.trial_launched(arm, seq, process)
+
+    def trial_finished(self, arm, seq, trial) -> None:
+        for o in self.observers:
+            o.trial_finished(arm, seq, trial)
+
+    def trial_failed(self, arm, seq, error) -> None:
+        for o in self.observers:
+            o.trial_failed(arm, seq, error)
+
+    def verdicts_updated(self, verdicts) -> None:
+        for o in self.observers:
+            o.verdicts_updated(verdicts)
+
+    def snapshot(self, phase, data, seq) -> None:
+        for o in self.observers:
+            o.snapshot(phase, data, seq)
+
+    def finished(self, result) -> None:
+        for o in self.observers:
+            o.finished(result)
+
+
+class BisectObservers(core.BisectObserver):
+    """Every hook of a bisect passed to each observer in turn (storage's recorder first); each
+    step's compare is observed by all of their compare observers."""
+
+    def __init__(self, *observers: core.BisectObserver) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def started(self, good_sha, bad_sha, commits) -> None:
+        for o in self.observers:
+            o.started(good_sha, bad_sha, commits)
+
+    def progress(self, message) -> None:
+        for o in self.observers:
+            o.progress(message)
+
+    def compare_observer(self, step, request) -> core.CompareObserver:
+        return CompareObservers(*(o.compare_observer(step, request) for o in self.observers))
+
+    def step_finished(self, step) -> None:
+        for o in self.observers:
+            o.step_finished(step)
+
+    def finished(self, result) -> None:
+        for o in self.observers:
+            o.finished(result)
+
+
+def trial_line(trial: core.TrialResult) -> str:
+    """``1,234.5 tok/s, acceptance length 2.50`` (the acceptance part only when measured)."""
+    acceptance = trial.engine.acceptance_length
+    extra = f", acceptance length {acceptance:.2f}" if acceptance is not None else ""
+    return f"{trial.sample.output_tok_s:,.1f} tok/s{extra}"
+
+
+@dataclass
+class Session:
+    """How an experiment holds its host: the lock's ``doing`` text, whether to wait for a busy
+    host (``on_wait`` hears each waiting line), and ``reconciled`` hearing each run that a
+    killed specperf left and that was closed under the lock (``None``: do not reconcile)."""
+
+    doing: str
+    wait: bool = True
+    on_wait: Callable[[str], object] | None = None
+    reconciled: Callable[[int, str], None] | None = None
+    before_run: Callable[[core.Config], None] | None = None
+
+
+async def _reconcile(db, config: core.Config, session: Session) -> None:
+    if session.reconciled is not None:
+        for run_id, reason in await reconcile_runs(db, config):
+            session.reconciled(run_id, reason)
+
+
+async def compare(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str], session: Session,
+                  observer: core.CompareObserver | None = None,
+                  on_run: Callable[[int], Awaitable[None] | None] | None = None) -> tuple[int, core.CompareResult]:
+    """Run ``request`` (refs already resolved to ``shas`` = (base, head)) under the host lock:
+    reconcile, record the run (``on_run(run_id)`` is called, and awaited if it returns an
+    awaitable), then compare with ``observer`` beside the recorder. Returns (run id, result).
+
+    Raises:
+        core.HostBusyError: the host is busy and ``session.wait`` is false.
+    """
+    async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+        await _reconcile(db, config, session)
+        store = storage.RunStore(db)
+        run_id = await asyncio.to_thread(store.create, request, *shas)
+        if on_run is not None and (pending := on_run(run_id)) is not None:
+            await pending
+        if session.before_run is not None:
+            session.before_run(config)
+        return run_id, await core.compare(request, CompareObservers(store, observer), shas=shas)
+
+
+class _Started(core.BisectObserver):
+    """Sets ``event`` once the bisect's range is resolved (its run recorded)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def started(self, good_sha, bad_sha, commits) -> None:
+        self.event.set()
+
+
+async def bisect(config: core.Config, db, request: core.BisectRequest, session: Session,
+                 observer: Callable[[storage.BisectStore], core.BisectObserver] | None = None,
+                 on_run: Callable[[int], Awaitable[None] | None] | None = None,
+                 ) -> tuple[storage.BisectStore, core.BisectResult]:
+    """Run ``request`` under the host lock: reconcile, then bisect, recorded by a
+    :class:`storage.BisectStore` (its ``run_id`` once the range is resolved, ``compare_runs``
+    per step) with ``observer(store)`` beside it; ``on_run(run_id)`` as soon as the bisect run
+    is recorded (while the bisect goes on). Returns (the store, the result).
+
+    Raises:
+        core.HostBusyError: the host is busy and ``session.wait`` is false.
+    """
+    async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+        await _reconcile(db, config, session)
+        store, started = storage.BisectStore(db, request), _Started()
+        if session.before_run is not None:
+            session.before_run(config)
+        observers = BisectObservers(store, started, observer(store) if observer else None)
+        task = asyncio.create_task(core.bisect(request, observers))
+        waiter = asyncio.create_task(started.event.wait())
+        try:
+            await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            if store.run_id is not None and on_run is not None and (pending := on_run(store.run_id)) is not None:
+                await pending
+            return store, await task
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        finally:
+            waiter.cancel()

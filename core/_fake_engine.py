@@ -1,0 +1,109 @@
+"""The fake engine: an OpenAI-compatible streaming server on an exact token schedule
+(:class:`ExactRateServer`), served in-process by :class:`core._hosts.fake.FakeHost` and as a
+process of its own by ``tests/exact_rate_server.py``. Public as :mod:`core.testing`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+class ExactRateServer:
+    """A synthetic OpenAI-compatible streaming server that emits tokens on an exact schedule.
+
+    Each stream sends its first token ``ttft_ms`` after the request arrives, then one token
+    every ``itl_ms``, each against an absolute deadline so sleeps never accumulate drift. It
+    records when every request arrived and when each token left (``time.monotonic()``) in
+    ``records`` (served at ``GET /truth``; ``DELETE /truth`` clears it). It speaks just enough
+    HTTP/1.1 (keep-alive, chunked responses) over asyncio streams to keep its schedule at tens
+    of thousands of tokens per second: serve it with ``asyncio.start_server(server.handle, ...)``.
+
+    Faults: ``truncate_at`` ends each stream after N tokens with ``finish_reason=stop``;
+    ``drop_at`` closes the connection after N tokens without ``[DONE]``; ``exit_at`` kills the
+    whole process after N tokens in total (only for a server in its own process).
+    """
+
+    def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, truncate_at: int | None = None,
+                 drop_at: int | None = None, exit_at: int | None = None) -> None:
+        self.ttft_s = ttft_ms / 1000.0
+        self.itl_s = itl_ms / 1000.0
+        self.truncate_at = truncate_at
+        self.drop_at = drop_at
+        self.exit_at = exit_at
+        self.records: list[dict] = []
+        self.tokens_sent = 0
+        self.extra_usage: dict = {}  # more usage fields per request (engine stubs add their own)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrival = time.monotonic()
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = request_line.split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if not await self.route(method, path, body, arrival, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _json(self, writer: asyncio.StreamWriter, status: str, obj: object) -> None:
+        body = json.dumps(obj).encode()
+        writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (status.encode(), len(body), body))
+
+    async def route(self, method: str, path: str, body: bytes, arrival: float, writer) -> bool:
+        """Answer one request; ``False`` when the connection must close."""
+        if path == "/health":
+            self._json(writer, "200 OK", {"ok": True})
+        elif path == "/truth":
+            if method == "DELETE":
+                self.records.clear()
+            self._json(writer, "200 OK", self.records)
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            return await self.stream(json.loads(body), path.endswith("/chat/completions"), arrival, writer)
+        else:
+            self._json(writer, "404 Not Found", {"error": f"no route {method} {path}"})
+        await writer.drain()
+        return True
+
+    async def stream(self, body: dict, chat: bool, arrival: float, writer) -> bool:
+        max_tokens = int(body.get("max_tokens", 16))
+        to_send = max_tokens if self.truncate_at is None else min(max_tokens, self.truncate_at)
+        record = {"arrival_s": arrival, "first_token_s": None, "last_token_s": None, "tokens": 0}
+        self.records.append(record)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        first_due = arrival + self.ttft_s
+        for k in range(to_send):
+            delay = first_due + k * self.itl_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self.drop_at is not None and k >= self.drop_at:
+                return False
+            last = k == to_send - 1
+            finish = ("length" if to_send == max_tokens else "stop") if last else None
+            choice = ({"index": 0, "delta": {"content": f"t{k} "}, "finish_reason": finish} if chat
+                      else {"index": 0, "text": f"t{k} ", "finish_reason": finish})
+            writer.write(_chunk(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"))
+            now = time.monotonic()
+            record["first_token_s"] = record["first_token_s"] or now
+            record["last_token_s"] = now
+            record["tokens"] = k + 1
+            self.tokens_sent += 1
+            if self.exit_at is not None and self.tokens_sent >= self.exit_at:
+                os._exit(17)
+        usage = {"prompt_tokens": 8, "completion_tokens": to_send, "total_tokens": 8 + to_send,
+                 **self.extra_usage}
+        writer.write(_chunk(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"))
+        writer.write(_chunk(b"data: [DONE]\n\n") + _chunk(b""))
+        await writer.drain()
+        return True
