@@ -16,6 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 import core
 import storage
 from bot._common import pick
@@ -86,7 +88,7 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
                                    ("margin_pct", margin_pct)) if v is not None}
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
-    except ValueError as exc:
+    except ValidationError as exc:
         raise core.ConfigError(f"bad compare option: {exc.errors()[0]['msg']}") from None
 
 
@@ -124,7 +126,7 @@ def bisect_request(config: core.Config, choice: Choice, host: core.Host, good_re
 class CompareObservers(core.CompareObserver):
     """Every hook of a compare passed to each observer in turn (storage's recorder first)."""
 
-    def __init__(self, *observers: core.CompareObserver) -> None:
+    def __init__(self, *observers: core.CompareObserver | None) -> None:
         self.observers = [o for o in observers if o is not None]
 
     def started(self, base_sha, head_sha) -> None:
@@ -164,7 +166,7 @@ class BisectObservers(core.BisectObserver):
     """Every hook of a bisect passed to each observer in turn (storage's recorder first); each
     step's compare is observed by all of their compare observers."""
 
-    def __init__(self, *observers: core.BisectObserver) -> None:
+    def __init__(self, *observers: core.BisectObserver | None) -> None:
         self.observers = [o for o in observers if o is not None]
 
     def started(self, good_sha, bad_sha, commits) -> None:
@@ -202,7 +204,7 @@ class Session:
 
     doing: str
     wait: bool = True
-    on_wait: Callable[[str], object] | None = None
+    on_wait: Callable[[str], None] | None = None
     reconciled: Callable[[int, str], None] | None = None
     before_run: Callable[[core.Config], None] | None = None
 

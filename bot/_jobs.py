@@ -192,6 +192,7 @@ class JobQueue:
 
     async def _run(self, job: storage.Job) -> None:
         run_id = None
+        result: core.CompareResult | core.BisectResult
         try:
             host = self.host(job.host)
             # the same lock as the CLI's: a terminal compare on this host makes the job wait
@@ -205,9 +206,9 @@ class JobQueue:
 
             if job.kind == "bisect":
                 choice = app.choose(self.config, job.engine_name, job.workload_name, job.host)
-                request = app.bisect_request(self.config, choice, host, job.args["good_ref"], job.args["bad_ref"],
-                                             job.args["mode"])
-                _, result = await app.bisect(self.config, self.db, request, session,
+                bisect = app.bisect_request(self.config, choice, host, job.args["good_ref"], job.args["bad_ref"],
+                                            job.args["mode"])
+                _, result = await app.bisect(self.config, self.db, bisect, session,
                                              lambda store: JobBisectProgress(job, self.notifier), on_run=started)
             else:
                 request = compare_request(self.config, job, host)

@@ -20,7 +20,7 @@ from core._compare import (
     compare,
     resolve_refs,
 )
-from core._config import Config
+from core._config import Config, EngineConfig
 from core._errors import ConfigError
 from core._hosts import Host, open_host
 from core._probe import probe_async
@@ -127,6 +127,7 @@ async def check_host(config: Config, host: str | None = None, *, engine: str | N
         ProbeError: the probe could not run or its output could not be read.
         HostError: the host cannot be reached.
     """
+    spec: EngineConfig | None
     if engine:
         spec = config.engine(engine)
         host = host or spec.host

@@ -84,7 +84,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
     """
     modes: dict[str, ModeReport] = {}
     for mode, arms in trials.items():
-        modes[mode] = {
+        modes[mode] = {  # type: ignore[assignment]  # the roles are base and head
             role: {
                 "trials": len(arm),
                 "output_tok_s": _median([t.output_tok_s for t in arm]),

@@ -156,8 +156,8 @@ class RunStore(CompareObserver):
 
 class BisectStore(BisectObserver):
     """Records one bisect: its run (kind ``bisect``) once the range is resolved, and each
-    step's compare as its own compare run (a :class:`RunStore`), linked both ways; ``compare_runs`` maps each step number to its compare
-    run's id. Every hook commits at once."""
+    step's compare as its own compare run (a :class:`RunStore`), linked both ways;
+    ``compare_runs`` maps each step number to its compare run's id. Every hook commits at once."""
 
     def __init__(self, db: Engine, request: BisectRequest) -> None:
         self.db, self.request = db, request

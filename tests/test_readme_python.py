@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import core
 from tests.conftest import ROOT
 from tests.fake_engine_repo import make_repo
@@ -24,6 +26,7 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
+@pytest.mark.e2e  # the fast fake engine, launched as a process by compare_commit
 def test_the_readme_python_examples_run_as_written(tmp_path, unused_tcp_port, monkeypatch):
     repo = tmp_path / "engine-repo"
     shas = make_repo(repo, [("v1", "base", dict(itl=2.0, **KNOBS)),
