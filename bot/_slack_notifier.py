@@ -72,8 +72,8 @@ class SlackNotifier(Notifier):
         when Slack will not say."""
         try:
             return (await self.client.chat_getPermalink(channel=channel, message_ts=ts)).get("permalink")
-        except SlackApiError as exc:
-            log.warning("chat.getPermalink in %s failed: %s", channel, exc.response.get("error"))
+        except SlackApiError as exc:  # its response may not be JSON (an HTTP error page): log the status
+            log.warning("chat.getPermalink in %s failed: HTTP %s", channel, exc.response.status_code)
         except (OSError, TimeoutError) as exc:
             log.warning("chat.getPermalink in %s failed: %s: %s", channel, exc.__class__.__name__, exc)
         return None

@@ -96,6 +96,7 @@ class SlackEmulator:
     async def start(self) -> None:
         app = web.Application(client_max_size=50 * 2**20)
         app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)  # slack_sdk reads chat.getPermalink with GET
         app.router.add_post("/response/{name}", self._response)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/link", self._link)

@@ -103,7 +103,9 @@ def history(tmp_path_factory):
 
 def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tmp_path):
     repo, shas, db_file, result, bisect_run, side_run = history
-    assert (result.status, result.culprit) == ("found", shas["c13"])  # the bisect itself worked
+    # the bisect itself worked: c13 found, or named with an untestable neighbour (launch noise on a
+    # loaded machine can leave c12 INCONCLUSIVE twice, and it is skipped)
+    assert result.culprit == shas["c13"] and result.status in ("found", "ambiguous"), (result.status, result.message)
     out = _report(tmp_path, repo, db_file, "--since", "1d", "--json", str(tmp_path / "s.json"), "--chart",
                   str(tmp_path / "t.png"))
     assert out.returncode == 0, out.stderr
@@ -111,10 +113,11 @@ def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tm
     assert not summary["quiet"] and not out.stdout.startswith("Quiet")
 
     (bisect,) = summary["runs"]["bisects"]
-    assert (bisect["run_id"], bisect["outcome"], bisect["culprit"]) == (bisect_run, "found", shas["c13"])
+    assert (bisect["run_id"], bisect["outcome"], bisect["culprit"]) == (bisect_run, result.status, shas["c13"])
     assert not bisect["nothing_to_bisect"]
     evidence = bisect["evidence"]  # the culprit against its parent, from that step's compare run
-    assert (evidence["head_sha"], evidence["base_sha"], evidence["verdict"]) == (shas["c13"], shas["c12"], "REGRESSION")
+    assert (evidence["head_sha"], evidence["verdict"]) == (shas["c13"], "REGRESSION")
+    assert evidence["base_sha"] == shas["c12"] or result.status == "ambiguous"  # else the last good one
     assert evidence["change_pct"] < -2.0 and evidence["attribution"] in ("step time", None)
     assert evidence["run_id"] in bisect["compare_run_ids"] and evidence["bisect_run_id"] == bisect_run
     # the bisect's steps are not listed again as compares of their own
@@ -123,7 +126,7 @@ def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tm
                                                                                 shas["side"])
     assert side["change_pct"] < -30 and side["bisect_run_id"] is None
     assert summary["runs"]["failures"] == []
-    assert summary["headline"].startswith("1 REGRESSION verdict, 1 bisect naming a culprit, ")
+    assert summary["headline"].startswith("1 REGRESSION verdict, 1 bisect naming a culprit")
 
     # the terminal says the same, with the run ids to `show`
     assert f"bisect fake / baseline on local, {shas['good'][:10]}..{shas['c20'][:10]}: culprit {shas['c13'][:10]}" \
