@@ -155,8 +155,9 @@ class SlackEmulator:
             return {"ok": True, "channel": body.get("channel"), "ts": f"1700000000.{next(self._ts):06d}",
                     "message": {"text": body.get("text")}}
         if method == "chat.getPermalink":
+            ts = body.get("message_ts", "").replace(".", "")
             return {"ok": True, "channel": body.get("channel"),
-                    "permalink": f"https://t.slack.com/archives/{body.get('channel')}/p{body.get('message_ts', '').replace('.', '')}"}
+                    "permalink": f"https://t.slack.com/archives/{body.get('channel')}/p{ts}"}
         if method == "chat.update":
             return {"ok": True, "channel": body.get("channel"), "ts": body.get("ts"), "text": body.get("text")}
         if method == "files.getUploadURLExternal":
