@@ -70,20 +70,34 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
 
-def print_summary(console: Console, summary: dict) -> None:
-    """The summary as rich text: the headline; per series a row (latest tok/s, change against
-    the 7-day median and the last good commit, acceptance length); then change points with
-    their bisect command, drift and environment changes. A quiet summary is its headline only."""
-    style = "green" if summary["quiet"] else "bold red"
-    console.print(Text(summary["headline"], style=style))
-    if summary["quiet"]:
+def print_summary(console: Console, summary: core.RegressionSummary) -> None:
+    """The summary as rich text: the headline; what the period's runs found (compare
+    verdicts, bisects, failed runs grouped by reason, each with its run id); per series a row
+    (latest tok/s, change against the 7-day median and the last good commit, acceptance
+    length); then change points with their bisect command, drift, short series' tests and
+    environment changes. A quiet summary is its headline only."""
+    style = "green" if summary.quiet else "bold red"
+    console.print(Text(summary.headline, style=style))
+    if summary.quiet:
         return
-    table = Table(title=f"since {summary['since'][:16].replace('T', ' ')} UTC")
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    runs = summary.runs
+    for line in [*(c.line() for c in runs.compares), *(b.line() for b in runs.bisects),
+                 *(g.line() for g in runs.failure_groups())]:
+        say(line)
+    if runs:
+        say("  details: specperf show RUN")
+    if not summary.series:
+        return
+    table = Table(title=f"since {summary.since:%Y-%m-%d %H:%M} UTC")
     for column in ("engine", "mode", "workload", "host", "latest", "tok/s", "vs 7-day median", "vs last good",
                    "acceptance length", "commits"):
         table.add_column(column, justify="right" if column in ("tok/s", "vs 7-day median", "vs last good",
                                                                "acceptance length", "commits") else "left")
-    for e in summary["series"]:
+    for e in summary.series:
         latest, good = e["latest"], e["last_good"]
         vs_good = _pct(e["change_vs_last_good_pct"]) + (f" ({good['sha'][:10]})" if good else "")
         table.add_row(escape(e["engine"]), escape(e["mode"]), escape(e["workload"]), escape(e["host"]),
@@ -91,11 +105,7 @@ def print_summary(console: Console, summary: dict) -> None:
                       fmt(latest["output_tok_s"]), _pct(e["change_vs_7d_median_pct"]), vs_good,
                       fmt(latest["acceptance_length"], 2), str(e["n_points"]))
     console.print(table)
-
-    def say(text: str) -> None:
-        console.print(text, markup=False, highlight=False)
-
-    for e in summary["series"]:
+    for e in summary.series:
         where = f"{e['engine']} {e['mode']}"
         for cp in e["change_points"]:
             test = cp["test"]
@@ -122,6 +132,15 @@ def print_summary(console: Console, summary: dict) -> None:
                 f"against the last good {drift['good_sha'][:12]} (95% CI {_pct(test['ci_low_pct'])} .. "
                 f"{_pct(test['ci_high_pct'])}, p = {test['p_value']:.2g})")
             say(f"  bisect: {drift['bisect']}")
+        short = e["short_series"]
+        if short:
+            test = short["test"]
+            numbers = (f" {_pct(test['change_pct'])} (95% CI {_pct(test['ci_low_pct'])} .. {_pct(test['ci_high_pct'])}, "
+                       f"p = {test['p_value']:.2g}, {test['n_before']} vs {test['n_after']} trials)" if test else "")
+            say(f"{'SHORT SERIES ' + short['verdict'] if short['moved'] else 'short series'} {where}: {short['reason']}; "
+                f"{short['latest_sha'][:12]} against {short['good_sha'][:12]}: {short['verdict']}{numbers}")
+            if short["moved"]:
+                say(f"  bisect: {short['bisect']}")
         for env in e["env_changes"]:
             say(f"{'NEW ' if env['new'] else ''}environment change {where} at {env['sha'][:12]}: "
                 + "; ".join(env["lines"]))
@@ -138,20 +157,21 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
     notes: list[str] = []
     orders = await commit_orders(config, args.engine, notes.append)
     series = storage.load_series(db, engine_name=args.engine, commit_order=orders)
+    runs = storage.load_findings(db, since=args.since, engine_name=args.engine)
     summary = core.build_summary(series, since=args.since, margin_pct=config.compare.margin_pct,
-                                 alpha=config.compare.alpha)
+                                 alpha=config.compare.alpha, runs=runs)
     print_summary(console, summary)
-    if not summary["quiet"]:
+    if not summary.quiet:
         for note in notes:
             console.print(Text(note, style="dim"))
-    if args.chart or not summary["quiet"]:
+    if args.chart or not summary.quiet:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         chart = Path(args.chart) if args.chart else data_dir() / "charts" / f"report-{stamp}.png"
-        core.render_trend_chart(summary, chart, f"specperf: {summary['headline']}")
-        if not summary["quiet"]:
+        core.render_trend_chart(summary, chart, f"specperf: {summary.headline}")
+        if not summary.quiet:
             console.print(f"chart: {chart}", markup=False)
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
-        if not summary["quiet"]:
+        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
+        if not summary.quiet:
             console.print(f"summary: {args.json}", markup=False)
     return 0

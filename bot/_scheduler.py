@@ -122,7 +122,7 @@ class SchedulerLock:
 @dataclass
 class ScheduleContext:
     """What a tick needs: the config, the run database, the bot's job queue (hosts, submit)
-    and its Slack notifier (``post``, ``upload``, ``parent_ready``; ``None``: nothing is posted)."""
+    and its Slack notifier (``post``, ``upload``, ``permalink``, ``parent_ready``; ``None``: nothing is posted)."""
 
     config: core.Config
     db: object
@@ -233,7 +233,9 @@ async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> 
     period (``[schedule].period``: the 1 or 7 days before ``now``), posted to
     ``[schedule].channel`` as :func:`bot._summary_blocks.summary_blocks`, with the trend
     chart PNG uploaded to that message's thread; a quiet period is its one line, no chart.
-    Returns the summary (the dict of ``core.build_summary``); recorded in ``schedule_log``.
+    What the period's runs found (``storage.load_findings``) comes first, each finding linked
+    to the thread of its run's job (``chat.getPermalink``).
+    Returns the :class:`core.RegressionSummary`; recorded in ``schedule_log``.
     """
     from bot._cmd_report import (
         commit_orders,  # the report's command-line module: imported on use
@@ -243,20 +245,36 @@ async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> 
     now = now or dt.datetime.now(dt.UTC)
     notes: list[str] = []
     orders = await commit_orders(ctx.config, None, notes.append)
+    since = now - dt.timedelta(days=schedule.since_days)
     series = await asyncio.to_thread(storage.load_series, ctx.db, commit_order=orders)
-    summary = await asyncio.to_thread(core.build_summary, series, since=now - dt.timedelta(days=schedule.since_days),
-                                      now=now, margin_pct=ctx.config.compare.margin_pct,
-                                      alpha=ctx.config.compare.alpha)
-    blocks, text = summary_blocks(summary, f"specperf {schedule.period} regression summary")
+    runs = await asyncio.to_thread(storage.load_findings, ctx.db, since=since)
+    summary = await asyncio.to_thread(core.build_summary, series, since=since, now=now,
+                                      margin_pct=ctx.config.compare.margin_pct, alpha=ctx.config.compare.alpha,
+                                      runs=runs)
+    links = await _thread_links(ctx, runs) if ctx.notifier else {}
+    blocks, text = summary_blocks(summary, f"specperf {schedule.period} regression summary", links)
     sent = await ctx.notifier.post(schedule.channel, blocks=blocks, text=text) if ctx.notifier else None
     result = "posted" if sent else "not posted"
-    if sent and not summary["quiet"]:
+    if sent and not summary.quiet:
         chart = data_dir() / "charts" / f"summary-{now:%Y%m%d-%H%M%S}.png"
-        await asyncio.to_thread(core.render_trend_chart, summary, chart, f"specperf: {summary['headline']}")
-        uploaded = await ctx.notifier.upload(schedule.channel, sent["ts"], chart, f"trend: {summary['headline']}")
+        await asyncio.to_thread(core.render_trend_chart, summary, chart, f"specperf: {summary.headline}")
+        uploaded = await ctx.notifier.upload(schedule.channel, sent["ts"], chart, f"trend: {summary.headline}")
         result += ", chart uploaded" if uploaded else ", chart upload failed"
-    await _record(ctx, SUMMARY_ID, f"{result}: {summary['headline']}")
+    await _record(ctx, SUMMARY_ID, f"{result}: {summary.headline}")
     return summary
+
+
+async def _thread_links(ctx: ScheduleContext, runs: core.PeriodRuns) -> dict[int, str]:
+    """``{run id: permalink}`` of the threads where the bot posted the findings' runs (their
+    jobs' ``thread_ts``; a failure group by its newest run); runs started from the terminal
+    have none."""
+    run_ids = [f.run_id for f in (*runs.compares, *runs.bisects)] + [g.runs[0].run_id for g in runs.failure_groups()]
+    threads = await asyncio.to_thread(storage.run_threads, ctx.db, run_ids)
+    links = {}
+    for run_id, (channel, ts) in threads.items():
+        if url := await ctx.notifier.permalink(channel, ts):
+            links[run_id] = url
+    return links
 
 
 class BotScheduler:

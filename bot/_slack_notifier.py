@@ -68,6 +68,17 @@ class SlackNotifier(Notifier):
             log.warning("chat.postMessage in %s failed: %s: %s", channel, exc.__class__.__name__, exc)
             return None
 
+    async def permalink(self, channel: str, ts: str) -> str | None:
+        """The URL of message ``ts`` in ``channel`` (``chat.getPermalink``); ``None`` (logged)
+        when Slack will not say."""
+        try:
+            return (await self.client.chat_getPermalink(channel=channel, message_ts=ts)).get("permalink")
+        except SlackApiError as exc:  # its response may not be JSON (an HTTP error page): log the status
+            log.warning("chat.getPermalink in %s failed: HTTP %s", channel, exc.response.status_code)
+        except (OSError, TimeoutError) as exc:
+            log.warning("chat.getPermalink in %s failed: %s: %s", channel, exc.__class__.__name__, exc)
+        return None
+
     async def _thread(self, job: storage.Job) -> _Thread:
         event = self.parent_ready.get(job.id)
         if event is not None:

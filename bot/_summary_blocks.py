@@ -2,7 +2,11 @@
 plain-text fallback that notifications show. Pure: no Slack client here; the bot posts the
 blocks to the configured channel and uploads the trend chart (``core.render_trend_chart``).
 
-Each new change point and a flagged drift carry a button (``action_id`` ``specperf_bisect``,
+What the period's runs found comes first, one section per finding (a compare's REGRESSION or
+IMPROVEMENT, a bisect's culprit or "nothing to bisect", a group of failed runs), each with a
+link to the thread where the bot posted that run (``links``: run id -> permalink, which the
+scheduler looks up from the run's job). Each new change point, a flagged drift and a short
+series that moved carry a button (``action_id`` ``specperf_bisect``,
 ``value`` ``"<good sha> <bad sha> <engine> <mode>"``) for the bot to start a bisect with, and
 the same command as text to copy.
 """
@@ -31,22 +35,52 @@ def _bisect_button(label: str, good: str, bad: str, engine: str, mode: str) -> d
             "value": f"{good} {bad} {engine} {mode}"}
 
 
-def summary_blocks(summary: dict, title: str = "specperf regression summary") -> tuple[list[dict], str]:
-    """``(blocks, text)`` for ``chat.postMessage``: the headline; per series (engine, mode) the
-    latest tok/s, change against the 7-day median and the last good commit, acceptance length;
-    new change points (of tok/s and of acceptance length) with their commit range and a
-    bisect button (one per commit range); a flagged drift;
-    environment changes. A quiet summary is one section with its one line, and ``text`` is
-    that line."""
-    headline = _escape(summary["headline"])
-    if summary["quiet"]:
-        return [{"type": "section", "text": {"type": "mrkdwn", "text": headline}}], summary["headline"]
+def _finding_section(emoji: str, line: str, run_id: int, links: dict[int, str]) -> dict:
+    link = f" <{links[run_id]}|thread>" if run_id in links else ""
+    return {"type": "section", "text": {"type": "mrkdwn", "text": f"{emoji} {_escape(line)[:2900]}{link}"}}
+
+
+def finding_blocks(runs, links: dict[int, str] | None = None) -> tuple[list[dict], list[str]]:
+    """One section per finding of ``runs`` (:class:`core.PeriodRuns`) and their text lines: each
+    compare verdict, each bisect, each group of failed runs (linked to its newest run's
+    thread), with its :meth:`line` and a link to the run's thread where ``links`` has one."""
+    links = links or {}
+    blocks, lines = [], []
+    for c in runs.compares:
+        emoji = ":rotating_light:" if c.verdict == "REGRESSION" else ":tada:"
+        blocks.append(_finding_section(emoji, c.line(), c.run_id, links))
+        lines.append(c.line())
+    for b in runs.bisects:
+        blocks.append(_finding_section(":mag:", b.line(), b.run_id, links))
+        lines.append(b.line())
+    for g in runs.failure_groups():
+        blocks.append(_finding_section(":x:", g.line(), g.runs[0].run_id, links))
+        lines.append(g.line())
+    return blocks, lines
+
+
+def summary_blocks(summary, title: str = "specperf regression summary",
+                   links: dict[int, str] | None = None) -> tuple[list[dict], str]:
+    """``(blocks, text)`` for ``chat.postMessage`` from a :class:`core.RegressionSummary`: the headline;
+    what the period's runs found (:func:`finding_blocks`, linked to their threads by
+    ``links``: run id -> URL); per series (engine, mode) the latest tok/s, change against the
+    7-day median and the last good commit, acceptance length; new change points (of tok/s and
+    of acceptance length) with their commit range and a bisect button (one per commit
+    range); a flagged drift; a short series' test; environment changes. A quiet summary is
+    one section with its one line, and ``text`` is that line."""
+    headline = _escape(summary.headline)
+    if summary.quiet:
+        return [{"type": "section", "text": {"type": "mrkdwn", "text": headline}}], summary.headline
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*"}},
     ]
-    lines = [summary["headline"]]
-    for e in summary["series"]:
+    lines = [summary.headline]
+    found, found_lines = finding_blocks(summary.runs, links)
+    if found:
+        blocks += [{"type": "divider"}, *found]
+        lines += found_lines
+    for e in summary.series:
         name = _escape(f"{e['engine']} / {e['mode']}")
         latest, good = e["latest"], e["last_good"]
         acceptance = f", acceptance length {_num(latest['acceptance_length'], 2)}" \
@@ -96,6 +130,17 @@ def summary_blocks(summary: dict, title: str = "specperf regression summary") ->
             lines.append(f"drift {e['engine']} / {e['mode']} {_pct(test['change_pct'])} against the last good")
             buttons.append(_bisect_button(f"Bisect the drift {drift['good_sha'][:7]}..{drift['newest_shas'][-1][:7]}",
                                           drift["good_sha"], drift["newest_shas"][-1], e["engine"], e["mode"]))
+        short = e["short_series"]
+        if short:
+            test = short["test"]
+            numbers = f" {_pct(test['change_pct'])} (p = {test['p_value']:.2g})" if test else ""
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _escape(
+                f"short series: {short['reason']}; `{short['latest_sha'][:10]}` against `{short['good_sha'][:10]}`: "
+                f"{short['verdict']}{numbers}")[:3000]}]})
+            if short["moved"]:
+                lines.append(f"short series {e['engine']} / {e['mode']}: {short['verdict']}{numbers}")
+                buttons.append(_bisect_button(f"Bisect {short['good_sha'][:7]}..{short['latest_sha'][:7]}",
+                                              short["good_sha"], short["latest_sha"], e["engine"], e["mode"]))
         if buttons:
             blocks.append({"type": "actions", "elements": buttons[:25]})
         envs = [c for c in e["env_changes"] if c["new"]]

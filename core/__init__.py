@@ -136,6 +136,12 @@ from core._errors import (
 from core._errors import (
     EngineNotReadyError as EngineNotReadyError,
 )
+from core._findings import BisectFinding as BisectFinding
+from core._findings import CompareFinding as CompareFinding
+from core._findings import FailedRun as FailedRun
+from core._findings import FailureGroup as FailureGroup
+from core._findings import PeriodRuns as PeriodRuns
+from core._findings import failure_key as failure_key
 from core._fingerprint import (
     Category as Category,
 )

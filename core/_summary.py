@@ -1,26 +1,32 @@
-"""The regression summary of stored history, as data, and its trend chart.
+"""The regression summary of a period, as data, and its trend chart.
 
-:func:`build_summary` reads history series (:class:`core.Series`, one point per measured
-commit) and gives, per series (engine, host, mode, workload) that was measured in the period:
-the latest output tok/s and acceptance length, the change against the median of the last 7
-days and against the last known-good commit, the confirmed change points of output tok/s
-(and, where every point has one, of acceptance length: a collapse of speculation shows
-there first) with their commit range and a ``specperf bisect`` command, the trailing drift
-of output tok/s, and the environment changes
-(driver, NCCL, torch, engine libraries) seen along the series. Front ends render it (the
-terminal, Slack); :func:`render_trend_chart` draws it. A quiet period (no new change point,
-no drift, no new environment change) is one short line: ``summary["headline"]``.
+:func:`build_summary` first takes what the stored runs of the period found
+(:class:`core.PeriodRuns`: compare runs with a REGRESSION or IMPROVEMENT verdict, bisects with
+their culprit or "nothing to bisect", failed runs grouped by reason), then reads the history
+series (:class:`core.Series`, one point per measured commit) and gives, per series (engine,
+host, mode, workload) that was measured in the period: the latest output tok/s and
+acceptance length, the change against the median of the last 7 days and against the last
+known-good commit, the confirmed change points of output tok/s (and, where every point has
+one, of acceptance length: a collapse of speculation shows there first) with their commit
+range and a ``specperf bisect`` command, the trailing drift of output tok/s, and the
+environment changes (driver, NCCL, torch, engine libraries) seen along the series. A series
+too short for a change-point test (under ``SHORT_SERIES_POINTS``) says so and gets the
+trial-level test of its newest commit against its first instead, by the compare rule.
+Front ends render it (the terminal, Slack); :func:`render_trend_chart` draws it. The period
+is quiet only when none of this fired; then ``RegressionSummary.headline`` is one short line.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
-from core._changepoints import SeriesAnalysis, analyze
+from core._changepoints import DRIFT_POINTS, WINDOW, SeriesAnalysis, analyze, trailing_drift
+from core._findings import PeriodRuns
 from core._series import Series
+from core._stats import IMPROVEMENT, REGRESSION
 
 MEDIAN_DAYS = 7
 
@@ -63,7 +69,7 @@ def _change_point(s: Series, cp, since: dt.datetime) -> dict:
 
 
 def _series_entry(s: Series, analysis: SeriesAnalysis, acceptance: SeriesAnalysis | None, since: dt.datetime,
-                  now: dt.datetime) -> dict:
+                  now: dt.datetime, short_series: dict | None) -> dict:
     points = s.points
     latest = points[-1]
     week = [p.output_tok_s for p in points if p.last_measured_at >= now - dt.timedelta(days=MEDIAN_DAYS)]
@@ -98,6 +104,7 @@ def _series_entry(s: Series, analysis: SeriesAnalysis, acceptance: SeriesAnalysi
         "acceptance_change_points": acceptance_points,
         "unconfirmed_candidates": [points[c.index].sha for c in analysis.candidates if not c.confirmed],
         "drift": drift,
+        "short_series": short_series,
         "env_changes": env,
         "points": [{"sha": p.sha, "ref": p.refs[-1] if p.refs else None, "output_tok_s": p.output_tok_s,
                     "acceptance_length": p.acceptance_length, "trials_output_tok_s": p.trials_output_tok_s,
@@ -105,21 +112,103 @@ def _series_entry(s: Series, analysis: SeriesAnalysis, acceptance: SeriesAnalysi
     }
 
 
-class RegressionSummary(TypedDict):
-    """The regression summary as it crosses to the front ends (``specperf report``, the
-    scheduled Slack summary) and into ``--json``: the period (ISO 8601), whether it was quiet,
-    its one-line headline, and one entry per series measured in it (see :func:`build_summary`)."""
+SHORT_SERIES_POINTS = 8  # fewer points: no change-point test (bench/SUMMARY_RESULTS.md says why 8)
 
-    since: str
-    now: str
+
+def _short_series_test(s: Series, margin_pct: float, alpha: float) -> dict:
+    """A series too short for a change-point test: the trials of its newest commit against
+    those of its first, judged by the compare rule (the whole 95% interval beyond the margin
+    and p < alpha). A side with fewer than 4 trials (the fewest with which the rank test can
+    reach p < 0.05) is pooled with its neighbours: the first commit with the ones after it,
+    the newest with up to two before it, never overlapping."""
+    points, n = s.points, len(s.points)
+    trials = [p.trials_output_tok_s for p in points]
+    end = 1
+    while end < n - 1 and sum(len(t) for t in trials[:end]) < 4:
+        end += 1
+    test = trailing_drift(trials, 0, reference=range(0, end), points=DRIFT_POINTS, window=WINDOW,
+                          margin_pct=margin_pct, alpha=alpha) if n > 1 else None
+    verdict = test.shift.verdict if test else None
+    return {
+        "n_points": n, "min_points": SHORT_SERIES_POINTS,
+        "reason": (f"{n} point{'s' if n != 1 else ''}: too few for a change-point test (it needs "
+                   f"{SHORT_SERIES_POINTS}); the newest commit's trials are tested against the first commit's "
+                   f"with the compare margin ({margin_pct:g}%) instead"),
+        "good_sha": points[0].sha, "latest_sha": points[-1].sha,
+        "good_shas": [points[i].sha for i in test.good] if test else [points[0].sha],
+        "latest_shas": [points[i].sha for i in test.points] if test else [points[-1].sha],
+        "verdict": verdict or "NOT TESTED",
+        "moved": verdict in (REGRESSION, IMPROVEMENT),
+        "test": _shift(test.shift) if test else None,
+        "explanation": test.shift.reason if test else "fewer than 2 trials on a side",
+        "bisect": f"specperf bisect {points[0].sha[:12]} {points[-1].sha[:12]} --engine {s.engine} --mode {s.mode}",
+    }
+
+
+@dataclass(frozen=True)
+class RegressionSummary:
+    """The regression summary of one period (:func:`build_summary`).
+
+    Attributes:
+        since, now: the period (UTC).
+        quiet: true only when nothing fired: no stored REGRESSION/IMPROVEMENT verdict, no
+            bisect, no failed run, no new change point, no flagged drift, no short series
+            that moved, no new environment change.
+        headline: one line saying what fired (or that the period was quiet).
+        runs: what the stored runs of the period found (:class:`core.PeriodRuns`).
+        series: per series measured in the period, a JSON-ready dict (see :func:`build_summary`).
+    """
+
+    since: dt.datetime
+    now: dt.datetime
     quiet: bool
     headline: str
+    runs: PeriodRuns
     series: list[dict]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: ``since``, ``now`` (ISO), ``quiet``, ``headline``, ``runs``
+        (:meth:`core.PeriodRuns.to_dict`) and ``series``."""
+        return {"since": self.since.isoformat(), "now": self.now.isoformat(), "quiet": self.quiet,
+                "headline": self.headline, "runs": self.runs.to_dict(), "series": self.series}
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _headline_parts(runs: PeriodRuns, entries: list[dict]) -> list[str]:
+    parts = []
+    for verdict in (REGRESSION, IMPROVEMENT):
+        if n := sum(c.verdict == verdict for c in runs.compares):
+            parts.append(_count(n, f"{verdict} verdict"))
+    if n := sum(not b.nothing_to_bisect for b in runs.bisects):
+        parts.append(f"{_count(n, 'bisect')} naming a culprit")
+    if n := sum(b.nothing_to_bisect for b in runs.bisects):
+        parts.append(f"{_count(n, 'bisect')} with nothing to bisect")
+    if runs.failed:
+        groups = len(runs.failure_groups())
+        parts.append(f"{_count(len(runs.failed), 'failed run')} ({_count(groups, 'reason')})")
+    new_points = [cp for e in entries for cp in e["change_points"] if cp["new"]]
+    if n := sum(cp["verdict"] == REGRESSION for cp in new_points):
+        parts.append(_count(n, "new regression") + " in the history")
+    if n := sum(cp["verdict"] != REGRESSION for cp in new_points):
+        parts.append(_count(n, "new improvement") + " in the history")
+    if n := sum(cp["new"] for e in entries for cp in e["acceptance_change_points"]):
+        parts.append(_count(n, "new acceptance-length change"))
+    if n := sum(bool(e["drift"] and e["drift"]["flagged"]) for e in entries):
+        parts.append(_count(n, "trailing drift"))
+    if n := sum(bool(e["short_series"] and e["short_series"]["moved"]) for e in entries):
+        parts.append(f"{_count(n, 'short series', 'short series')} moved")
+    # one change of a host's software shows in every mode's series: count it once
+    if n := len({(e["engine"], e["host"], c["sha"]) for e in entries for c in e["env_changes"] if c["new"]}):
+        parts.append(_count(n, "environment change"))
+    return parts
 
 
 def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime | None = None,
-                  margin_pct: float = 2.0, alpha: float = 0.05) -> RegressionSummary:
-    """The summary of ``series`` for the period from ``since`` to ``now``.
+                  margin_pct: float = 2.0, alpha: float = 0.05, runs: PeriodRuns | None = None) -> RegressionSummary:
+    """The summary of ``series`` and of the stored ``runs`` for the period from ``since`` to ``now``.
 
     Args:
         series: history series (e.g. ``storage.load_series``), each in commit order; the
@@ -128,30 +217,38 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
         since: start of the period (timezone-aware UTC).
         now: end of the period (default: the current time); the 7-day median is taken over
             points last measured in the 7 days before it.
-        margin_pct, alpha: the compare rule, used to confirm change points and drift.
+        margin_pct, alpha: the compare rule, used to confirm change points and drift, and to
+            test short series.
+        runs: what the period's stored runs found (``storage.load_findings``); listed first.
 
     Returns:
-        A JSON-ready dict::
+        A :class:`RegressionSummary`. Each of its ``series`` is a dict::
 
-            {"since", "now", "quiet": bool, "headline": one line,
-             "series": [{engine, host, mode, workload, latest {sha, output_tok_s,
-                         acceptance_length, ...}, median_7d_output_tok_s, change_vs_7d_median_pct,
-                         last_good {sha, output_tok_s}, change_vs_last_good_pct,
-                         change_points [{range, good_sha, bad_sha, verdict, new, test {change_pct,
-                         ci_low_pct, ci_high_pct, p_value}, bisect, ...}],
-                         acceptance_change_points [same shape], drift, env_changes
-                         [{sha, lines, new}], points [...]}]}
+            {engine, host, mode, workload, ordered_by, off_branch, n_points, latest {sha,
+             output_tok_s, acceptance_length, ...}, median_7d_output_tok_s, change_vs_7d_median_pct,
+             last_good {sha, output_tok_s}, change_vs_last_good_pct,
+             change_points [{range, good_sha, bad_sha, verdict, new, test {change_pct,
+             ci_low_pct, ci_high_pct, p_value}, bisect, ...}], acceptance_change_points [same
+             shape], drift, short_series, env_changes [{sha, lines, new}], points [...]}
 
-        Only series with a point measured in the period are listed. ``quiet`` is true when
-        no change point (of either series) or environment change is new and no drift is flagged.
+        A series of fewer than ``SHORT_SERIES_POINTS`` points gets no change-point test and no
+        z-score (its noise estimate would be dominated by a step): ``short_series`` says so
+        and holds the trial-level test of its newest commit against its first, by the
+        compare rule (``verdict``, ``moved``, ``test``); longer series have ``short_series``
+        ``None``. Only series with a point measured in the period are listed.
     """
     now = now or dt.datetime.now(dt.UTC)
+    runs = runs or PeriodRuns()
     entries = []
     commits = set()
     for s in series:
         if not s.points or max(p.last_measured_at for p in s.points) < since:
             continue
         commits |= {p.sha for p in s.points if p.last_measured_at >= since}
+        if len(s.points) < SHORT_SERIES_POINTS:
+            entries.append(_series_entry(s, SeriesAnalysis([], 0, None), None, since, now,
+                                         _short_series_test(s, margin_pct, alpha)))
+            continue
         values = [p.output_tok_s for p in s.points]
         trials = [p.trials_output_tok_s for p in s.points]
         acceptance = None
@@ -159,59 +256,73 @@ def build_summary(series: list[Series], *, since: dt.datetime, now: dt.datetime 
             acceptance = analyze([p.acceptance_length for p in s.points],
                                  [p.trials_acceptance_length for p in s.points], margin_pct=margin_pct, alpha=alpha)
         entries.append(_series_entry(s, analyze(values, trials, margin_pct=margin_pct, alpha=alpha), acceptance,
-                                     since, now))
-    new_points = [(e, cp) for e in entries for cp in e["change_points"] if cp["new"]]
-    new_acceptance = [(e, cp) for e in entries for cp in e["acceptance_change_points"] if cp["new"]]
-    drifts = [e for e in entries if e["drift"] and e["drift"]["flagged"]]
-    # one change of a host's software shows in every mode's series: count it once
-    new_env = sorted({(e["engine"], e["host"], c["sha"]) for e in entries for c in e["env_changes"] if c["new"]})
-    quiet = not (new_points or new_acceptance or drifts or new_env)
-    commits = len(commits)
+                                     since, now, None))
+    commits |= {sha for c in runs.compares for sha in (c.base_sha, c.head_sha)}
+    parts = _headline_parts(runs, entries)
+    quiet = not parts
+    measured = len(commits)
     hours = round((now - since).total_seconds() / 3600)
     days = round(hours / 24)
     period = (f"the last {days} day{'s' if days != 1 else ''}" if hours >= 24
               else f"the last {hours} hour{'s' if hours != 1 else ''}")
-    if not entries:
+    if not entries and not runs:
         headline = f"Nothing was measured since {since:%Y-%m-%d %H:%M} UTC."
     elif quiet:
-        headline = (f"Quiet: {commits} commit{'s' if commits != 1 else ''} measured in {period} across "
-                    f"{len(entries)} series; no change point, no drift, no environment change.")
+        short = sum(e["short_series"] is not None for e in entries)
+        headline = (f"Quiet: {_count(measured, 'commit')} measured in {period} across "
+                    f"{_count(len(entries), 'series', 'series')}; no stored regression, failure or bisect, "
+                    f"no change point, no drift, no environment change.")
+        if short:
+            headline += (f" {_count(short, 'series', 'series')} too short for a change-point test "
+                         f"(under {SHORT_SERIES_POINTS} points); the trial test of the newest commit against the first found "
+                         "no REGRESSION or IMPROVEMENT.")
     else:
-        parts = []
-        regressions = sum(cp["verdict"] == "REGRESSION" for _, cp in new_points)
-        if regressions:
-            parts.append(f"{regressions} new regression{'s' if regressions != 1 else ''}")
-        improvements = len(new_points) - regressions
-        if improvements:
-            parts.append(f"{improvements} new improvement{'s' if improvements != 1 else ''}")
-        if new_acceptance:
-            parts.append(f"{len(new_acceptance)} new acceptance-length change{'s' if len(new_acceptance) != 1 else ''}")
-        if drifts:
-            parts.append(f"{len(drifts)} trailing drift{'s' if len(drifts) != 1 else ''}")
-        if new_env:
-            parts.append(f"{len(new_env)} environment change{'s' if len(new_env) != 1 else ''}")
-        headline = f"{', '.join(parts)} in {period} ({commits} commits measured, {len(entries)} series)."
-    return {"since": since.isoformat(), "now": now.isoformat(), "quiet": quiet, "headline": headline,
-            "series": entries}
+        headline = (f"{', '.join(parts)} in {period} ({_count(measured, 'commit')} measured, "
+                    f"{_count(len(entries), 'series', 'series')}).")
+    return RegressionSummary(since, now, quiet, headline, runs, entries)
 
 
-def render_trend_chart(summary: dict, path: Path, title: str = "specperf trend") -> Path:
+def _stored_marks(summary: RegressionSummary, e: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The stored verdicts of series ``e``'s engine, host, mode and workload: ``(sha, label,
+    colour)`` for each whose commit is a point of the series, and the labels of those whose
+    commit is not (a side branch)."""
+    key = (e["engine"], e["host"], e["mode"], e["workload"])
+    on, off = [], []
+    shas = {p["sha"] for p in e["points"]}
+    found = [(c.head_sha, f"run {c.run_id} {c.verdict} {c.change_pct:+.1f}%" if c.change_pct is not None
+              else f"run {c.run_id} {c.verdict}", "#c44e52" if c.verdict == REGRESSION else "#55a868")
+             for c in summary.runs.compares if (c.engine, c.host, c.mode, c.workload) == key]
+    found += [(b.culprit, f"bisect {b.run_id}: culprit", "#c44e52")
+              for b in summary.runs.bisects if (b.engine, b.host, b.mode, b.workload) == key and b.culprit]
+    for sha, label, color in found:
+        if sha in shas:
+            on.append((sha, label, color))
+        else:
+            off.append(f"{label} at {sha[:10]} (not on the branch)")
+    return on, off
+
+
+def render_trend_chart(summary: RegressionSummary, path: Path, title: str = "specperf trend") -> Path:
     """A PNG of each series' output tok/s per commit (median line, trials as dots), with
     confirmed change points (red dashed line between the two commits, labelled with the
-    change), a flagged drift (red band over the newest commits), the last known-good commit
-    (green ring), environment changes (orange dotted line, labelled), and where measured the
-    acceptance length on a second axis (purple, its change points dash-dotted). One panel per series;
-    matplotlib with the Agg backend. Returns ``path``."""
+    change), a flagged drift (red band over the newest commits), a short series' test when it
+    moved (a band from the first to the newest commit), the last known-good commit (green
+    ring), the stored verdicts of the period (a triangle on the head commit of each
+    REGRESSION or IMPROVEMENT compare, labelled with its run; a bisect's culprit the same;
+    those on a side branch listed in the panel's corner), environment changes (orange dotted
+    line, labelled), and where measured the acceptance length on a second axis (purple, its
+    change points dash-dotted). One panel per series; matplotlib with the Agg backend.
+    Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = summary["series"] or []
+    entries = summary.series
     rows = max(1, len(entries))
     fig, axes = plt.subplots(rows, 1, figsize=(10, 3.4 * rows), squeeze=False)
     if not entries:
-        axes[0][0].text(0.5, 0.5, summary["headline"], ha="center", va="center")
+        axes[0][0].text(0.5, 0.5, summary.headline, ha="center", va="center", wrap=True)
         axes[0][0].set_axis_off()
     for ax, e in zip((a[0] for a in axes), entries):
         points = e["points"]
@@ -234,6 +345,22 @@ def render_trend_chart(summary: dict, path: Path, title: str = "specperf trend")
         if drift and drift["flagged"]:
             first = next(i for i, p in enumerate(points) if p["sha"] == drift["newest_shas"][0])
             ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52", alpha=0.12, label="trailing drift")
+        short = e["short_series"]
+        if short and short["moved"]:
+            first = next(i for i, p in enumerate(points) if p["sha"] == short["latest_shas"][0])
+            ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52" if short["verdict"] == REGRESSION else "#55a868",
+                       alpha=0.12, label=f"short series: {short['verdict'].lower()} {short['test']['change_pct']:+.1f}%")
+        on, off = _stored_marks(summary, e)
+        index = {p["sha"]: i for i, p in enumerate(points)}
+        for n, (sha, label, color) in enumerate(on):
+            x = index[sha]
+            ax.scatter([x], [points[x]["output_tok_s"]], marker="v", s=90, color=color, zorder=4,
+                       label="stored verdict" if n == 0 else None)
+            ax.annotate(label, (x, points[x]["output_tok_s"]), textcoords="offset points", xytext=(4, 8 + 9 * (n % 3)),
+                        fontsize=7, color=color)
+        if off:
+            ax.text(0.99, 0.97, "\n".join(off[:4]), transform=ax.transAxes, ha="right", va="top", fontsize=7,
+                    color="#c44e52")
         if any(p["acceptance_length"] is not None for p in points):
             acc = ax.twinx()
             acc.plot(xs, [p["acceptance_length"] for p in points], color="#8172b3", marker="s", ms=3, lw=1,

@@ -10,8 +10,9 @@ Layer: imports ``core`` (public names only); imported by ``bot``; ``core`` never
 from here.
 
 Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
-list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series), and
-the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next,
+list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series),
+load_findings (what a period's runs found, as core.PeriodRuns), and
+the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next, run_threads,
 cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
 list_commands, receive_command, answer_command, unanswered_commands, take_command), replay
 protection (first_sight, table SeenRequest) with the tables Job and CommandRecord; the
@@ -21,7 +22,7 @@ Owner; short_error names a database error without its SQL).
 """
 
 from storage._db import StorageError, default_url, open_database
-from storage._history import load_series
+from storage._history import load_findings, load_series
 from storage._jobs import (
     answer_command,
     cancel_queued,
@@ -39,6 +40,7 @@ from storage._jobs import (
     record_tick,
     requeue,
     requeue_or_fail,
+    run_threads,
     take_command,
     unanswered_commands,
     update_job,
@@ -72,8 +74,8 @@ __all__ = [
     "open_database", "default_url", "StorageError",
     "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
     "latest_calibration",
-    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series",
-    "enqueue", "claim_next", "get_job", "job_for_run", "update_job", "cancel_queued", "list_jobs",
+    "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",
+    "enqueue", "claim_next", "get_job", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",
     "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
     "ScheduleTick", "watch_jobs", "record_tick", "list_ticks",
     "requeue", "receive_command", "answer_command", "unanswered_commands", "take_command", "first_sight",

@@ -1,4 +1,6 @@
-"""History series from stored runs: one point per measured commit, per (db, host, mode,
+"""History series from stored runs, and what the runs of a period found (:func:`load_findings`).
+
+History series: one point per measured commit, per (engine, host, mode,
 workload), in commit order.
 
 Every done run measured two commits (its base and head arms), so a commit's point pools the
@@ -21,9 +23,19 @@ import statistics
 from collections.abc import Sequence
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
-from core import Series, SeriesPoint, env_changes
+from core import (
+    IMPROVEMENT,
+    REGRESSION,
+    BisectFinding,
+    CompareFinding,
+    FailedRun,
+    PeriodRuns,
+    Series,
+    SeriesPoint,
+    env_changes,
+)
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
 
 
@@ -125,3 +137,82 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
         if points:
             series.append(Series(*key, points=points, ordered_by=ordered_by, off_branch=off_branch))
     return series
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = None,
+                  host: str | None = None) -> PeriodRuns:
+    """What the runs started since ``since`` (optionally of one engine or host) found.
+
+    Compare runs (``done``) with a REGRESSION or IMPROVEMENT verdict give one
+    :class:`core.CompareFinding` per such mode, unless they were a step of a bisect started
+    in the period (that bisect stands for them); finished bisects give a
+    :class:`core.BisectFinding` with the compare that decided it; ``failed`` runs are listed as
+    they are (group them with ``PeriodRuns.failure_groups``). Interrupted runs are not findings.
+    """
+    with Session(db) as session:
+        query = select(Run).where(Run.status.in_(["done", "failed"])).order_by(Run.created_at, Run.id)
+        if engine_name:
+            query = query.where(Run.engine_name == engine_name)
+        if host:
+            query = query.where(Run.host == host)
+        runs = [r for r in session.exec(query) if _aware(r.created_at) >= since]
+        bisects = {r.id for r in runs if r.kind == "bisect"}
+        steps = {int(rid) for r in runs if r.kind == "bisect"
+                 for rid in (s.get("compare_run_id") for s in (r.settings.get("bisect") or {}).get("steps", [])) if rid}
+        wanted = {r.id for r in runs} | steps
+        verdicts = list(session.exec(select(VerdictRow).where(VerdictRow.run_id.in_(wanted)))) if wanted else []
+        step_runs = {r.id: r for r in session.exec(select(Run).where(col(Run.id).in_(steps)))} if steps else {}
+        arms = list(session.exec(select(Arm).where(Arm.run_id.in_(wanted)))) if wanted else []
+        acceptance = list(session.exec(select(Trial.arm_id, Trial.acceptance_length).where(
+            col(Trial.run_id).in_(wanted), Trial.status == "ok", col(Trial.acceptance_length).is_not(None)))) if wanted else []
+
+    by_run = {r.id: r for r in runs} | step_runs
+    arm_acceptance: dict[int, list[float]] = {}
+    for arm_id, value in acceptance:
+        arm_acceptance.setdefault(arm_id, []).append(value)
+    arm_of = {(a.run_id, a.role, a.mode): a.id for a in arms}
+
+    def finding(v: VerdictRow) -> CompareFinding:
+        run = by_run[v.run_id]
+        base = arm_acceptance.get(arm_of.get((run.id, "base", v.mode)), [])
+        head = arm_acceptance.get(arm_of.get((run.id, "head", v.mode)), [])
+        return CompareFinding(
+            run_id=run.id, engine=run.engine_name, host=run.host, mode=v.mode, workload=run.workload_name,
+            verdict=v.verdict, base_sha=run.base_sha, head_sha=run.head_sha, base_ref=run.base_ref,
+            head_ref=run.head_ref, change_pct=v.change_pct, ci_low_pct=v.ci_low_pct, ci_high_pct=v.ci_high_pct,
+            p_value=v.p_value, acceptance_length_base=_median_or_none(base),
+            acceptance_length_head=_median_or_none(head), acceptance_change_pct=v.acceptance_change_pct,
+            step_ms_change_pct=v.step_ms_change_pct, attribution=v.attribution,
+            measured_at=_aware(run.created_at), bisect_run_id=(run.settings.get("bisect") or {}).get("run_id"))
+
+    verdict_of = {(v.run_id, v.mode): v for v in verdicts}
+    found = PeriodRuns()
+    for run in runs:
+        if run.status == "failed":
+            found.failed.append(FailedRun(run.id, run.kind, run.engine_name, run.host, list(run.modes), run.base_sha,
+                                          run.head_sha, run.head_ref, run.reason or "", _aware(run.created_at)))
+        elif run.kind == "bisect":
+            bisect = run.settings.get("bisect") or {}
+            culprit = bisect.get("culprit")
+            done = [s for s in bisect.get("steps", []) if s.get("status") == "done" and s.get("compare_run_id")]
+            deciding = next((s for s in reversed(done) if s["head_sha"] == culprit), None) if culprit else None
+            deciding = deciding or (done[0] if done else None)
+            evidence = verdict_of.get((deciding["compare_run_id"], run.modes[0])) if deciding else None
+            found.bisects.append(BisectFinding(
+                run_id=run.id, engine=run.engine_name, host=run.host, mode=run.modes[0], workload=run.workload_name,
+                outcome=bisect.get("outcome", "unknown"), good_sha=run.base_sha, bad_sha=run.head_sha,
+                culprit=culprit, candidates=list(bisect.get("candidates") or []),
+                confirmed=bool(bisect.get("confirmed")), message=run.reason or bisect.get("message", ""),
+                evidence=finding(evidence) if evidence else None,
+                compare_run_ids=[s["compare_run_id"] for s in bisect.get("steps", []) if s.get("compare_run_id")],
+                measured_at=_aware(run.created_at)))
+        elif (run.settings.get("bisect") or {}).get("run_id") not in bisects:
+            for mode in run.modes:
+                v = verdict_of.get((run.id, mode))
+                if v is not None and v.verdict in (REGRESSION, IMPROVEMENT):
+                    found.compares.append(finding(v))
+    return found

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from storage._models import CommandRecord, Job, ScheduleTick, SeenRequest, utcnow
 from storage._owners import identity
@@ -63,6 +63,18 @@ def job_for_run(db: Engine, run_id: int) -> Job | None:
     """The job that made run ``run_id``, or ``None``."""
     with Session(db, expire_on_commit=False) as session:
         return session.exec(select(Job).where(Job.run_id == run_id)).first()
+
+
+def run_threads(db: Engine, run_ids: list[int]) -> dict[int, tuple[str, str]]:
+    """Where the bot posted each of ``run_ids``: ``{run id: (channel, thread ts)}`` from the
+    job that made the run; runs made outside the bot (the terminal) or whose job has no
+    thread are left out."""
+    if not run_ids:
+        return {}
+    with Session(db) as session:
+        jobs = session.exec(select(Job).where(col(Job.run_id).in_(run_ids)))
+        return {j.run_id: (j.slack.get("channel", j.channel_id), j.slack["thread_ts"])
+                for j in jobs if j.run_id is not None and (j.slack or {}).get("thread_ts")}
 
 
 def update_job(db: Engine, job_id: int, **fields) -> Job:

@@ -96,6 +96,7 @@ class SlackEmulator:
     async def start(self) -> None:
         app = web.Application(client_max_size=50 * 2**20)
         app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)  # slack_sdk reads chat.getPermalink with GET
         app.router.add_post("/response/{name}", self._response)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/link", self._link)
@@ -153,6 +154,10 @@ class SlackEmulator:
         if method == "chat.postMessage":
             return {"ok": True, "channel": body.get("channel"), "ts": f"1700000000.{next(self._ts):06d}",
                     "message": {"text": body.get("text")}}
+        if method == "chat.getPermalink":
+            ts = body.get("message_ts", "").replace(".", "")
+            return {"ok": True, "channel": body.get("channel"),
+                    "permalink": f"https://t.slack.com/archives/{body.get('channel')}/p{ts}"}
         if method == "chat.update":
             return {"ok": True, "channel": body.get("channel"), "ts": body.get("ts"), "text": body.get("text")}
         if method == "files.getUploadURLExternal":

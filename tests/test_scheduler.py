@@ -337,12 +337,12 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     ctx = ScheduleContext(config, db, JobQueue(config, db, notifier), notifier)
 
     summary = await summary_tick(ctx)
-    assert summary["headline"].startswith("1 environment change in the last 7 days (4 commits measured, 1 series)")
+    assert summary.headline.startswith("1 environment change in the last 7 days (4 commits measured, 1 series)")
     (post,) = emulator.recorded("chat.postMessage")
     assert post.body["channel"] == "C_SUMMARY" and "thread_ts" not in post.body
     assert post.body["blocks"][0]["text"]["text"] == "specperf weekly regression summary"
     latest = _stored_median(db, shas["s3"])
-    (entry,) = summary["series"]
+    (entry,) = summary.series
     assert entry["latest"]["sha"] == shas["s3"] and entry["latest"]["output_tok_s"] == pytest.approx(latest)
     assert entry["median_7d_output_tok_s"] == pytest.approx(statistics.median(
         _stored_median(db, shas[f"s{i}"]) for i in range(4)))
@@ -350,7 +350,7 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     assert f"*{latest:,.1f} tok/s*" in text and f"`{shas['s3'][:10]}`" in text
     assert f"{entry['change_vs_7d_median_pct']:+.1f}% vs 7-day median" in text
     assert "vllm 0.32.0 -&gt; 0.32.1" in json.dumps(post.body["blocks"])  # mrkdwn-escaped
-    assert post.body["text"].splitlines()[0] == summary["headline"]
+    assert post.body["text"].splitlines()[0] == summary.headline
     await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
     (upload,) = emulator.recorded("files.completeUploadExternal")
     # in the summary's thread: the emulator's first ts went to that message
@@ -363,10 +363,12 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     (tmp_path / "quiet").mkdir()
     quiet_db = storage.open_database(f"sqlite:///{_copy(db_file, tmp_path / 'quiet')}")
     quiet = await summary_tick(ScheduleContext(config, quiet_db, ctx.queue, notifier))
-    assert quiet["quiet"]
+    assert quiet.quiet
     (post,) = emulator.recorded("chat.postMessage")
-    assert post.body["text"] == ("Quiet: 4 commits measured in the last 7 days across 1 series; no change point, "
-                                 "no drift, no environment change.")
+    assert post.body["text"] == ("Quiet: 4 commits measured in the last 7 days across 1 series; no stored "
+                                 "regression, failure or bisect, no change point, no drift, no environment change. "
+                                 "1 series too short for a change-point test (under 8 points); the trial test of the "
+                                 "newest commit against the first found no REGRESSION or IMPROVEMENT.")
     assert len(post.body["blocks"]) == 1
     await asyncio.sleep(0.3)
     assert emulator.recorded("files.completeUploadExternal") == []

@@ -45,7 +45,7 @@ def history(n: int = 24, at: int = 16, drop: float = 0.10, acceptance=(3.2, 2.0)
 def test_summary_numbers():
     s = history()
     summary = core.build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
-    (entry,) = summary["series"]
+    (entry,) = summary.series
     values = [p.output_tok_s for p in s.points]
     assert entry["latest"]["output_tok_s"] == values[-1]
     assert entry["latest"]["acceptance_length"] == s.points[-1].acceptance_length == pytest.approx(2.0, rel=0.03)
@@ -64,28 +64,29 @@ def test_summary_numbers():
     assert cp["bisect"] == f"specperf bisect {s.points[15].sha[:12]} {s.points[16].sha[:12]} " \
                            "--engine sglang-k2 --mode eagle3"
     assert [(c["index"], c["lines"], c["new"]) for c in entry["env_changes"]] == [(20, ["NCCL 2.27.3 -> 2.28.9"], True)]
-    assert summary["headline"] == ("1 new regression, 1 new acceptance-length change, 1 environment change "
-                                   "in the last 7 days (8 commits measured, 1 series).")
+    assert summary.headline == ("1 new regression in the history, 1 new acceptance-length change, "
+                                "1 environment change in the last 7 days (8 commits measured, 1 series).")
+    assert entry["short_series"] is None  # 24 points: the change-point test applies
 
 
 def test_an_old_change_point_is_not_new_and_a_week_without_one_is_quiet():
     s = history(at=5, env_at=6)  # the step and the NCCL change both long before the period
     summary = core.build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
-    (entry,) = summary["series"]
+    (entry,) = summary.series
     assert [cp["new"] for cp in entry["change_points"]] == [False]
-    assert summary["quiet"]
-    assert summary["headline"] == ("Quiet: 8 commits measured in the last 7 days across 1 series; "
-                                   "no change point, no drift, no environment change.")
+    assert summary.quiet
+    assert summary.headline == ("Quiet: 8 commits measured in the last 7 days across 1 series; no stored "
+                                "regression, failure or bisect, no change point, no drift, no environment change.")
     blocks, text = summary_blocks(summary)
-    assert blocks == [{"type": "section", "text": {"type": "mrkdwn", "text": summary["headline"]}}]
-    assert text == summary["headline"]
+    assert blocks == [{"type": "section", "text": {"type": "mrkdwn", "text": summary.headline}}]
+    assert text == summary.headline
 
 
 def test_series_not_measured_in_the_period_are_left_out_and_the_chart_is_drawn(tmp_path):
     old = history()
     for p in old.points:
         p.last_measured_at -= dt.timedelta(days=60)
-    assert core.build_summary([old], since=NOW - dt.timedelta(days=7), now=NOW)["series"] == []
+    assert core.build_summary([old], since=NOW - dt.timedelta(days=7), now=NOW).series == []
     summary = core.build_summary([history()], since=NOW - dt.timedelta(days=7), now=NOW)
     path = core.render_trend_chart(summary, tmp_path / "trend.png")
     assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 10_000
@@ -108,3 +109,68 @@ def test_since_takes_periods_and_iso_dates():
     assert parse_since("2026-11-01", NOW) == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     with pytest.raises(argparse.ArgumentTypeError, match="not a period"):
         parse_since("last week", NOW)
+
+
+def _short(n: int, at: int | None, drop: float = 0.10) -> core.Series:
+    """``n`` commits of 4 trials each (launch noise 1%), a step of ``drop`` from ``at``."""
+    rng = np.random.default_rng(11)
+    points = []
+    for i in range(n):
+        trials = list(100.0 * (1 - drop if at is not None and i >= at else 1.0) * np.exp(rng.normal(0, 0.01, 4)))
+        when = NOW - dt.timedelta(hours=n - i)
+        points.append(core.SeriesPoint(
+            sha=hashlib.sha1(f"s{i}".encode()).hexdigest(), refs=[], output_tok_s=float(np.median(trials)),
+            acceptance_length=None, trials_output_tok_s=trials, trials_acceptance_length=[], run_ids=[i + 1],
+            first_measured_at=when, last_measured_at=when, verdicts=[]))
+    return core.Series("vllm", "local", "baseline", "default", points, "first-parent")
+
+
+def test_a_short_series_says_so_and_is_tested_on_its_trials():
+    s = _short(6, at=3)
+    summary = core.build_summary([s], since=NOW - dt.timedelta(days=1), now=NOW)
+    (entry,) = summary.series
+    short = entry["short_series"]
+    assert short["reason"].startswith("6 points: too few for a change-point test (it needs 8)")
+    assert (short["good_sha"], short["latest_sha"]) == (s.points[0].sha, s.points[-1].sha)
+    # the first and the newest commit have 4 trials each: nothing pooled
+    assert short["good_shas"] == [s.points[0].sha] and short["latest_shas"] == [s.points[-1].sha]
+    assert (short["verdict"], short["moved"]) == ("REGRESSION", True)
+    assert short["test"]["ci_high_pct"] < -2.0 and -13 < short["test"]["change_pct"] < -7
+    assert entry["change_points"] == [] and entry["drift"] is None  # no z-score on six points
+    assert not summary.quiet and summary.headline.startswith("1 short series moved in the last 1 day")
+    blocks, text = summary_blocks(summary)
+    assert "short series vllm / baseline: REGRESSION" in text
+    buttons = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    assert [b["value"] for b in buttons] == [f"{s.points[0].sha} {s.points[-1].sha} vllm baseline"]
+
+    flat = core.build_summary([_short(6, at=None)], since=NOW - dt.timedelta(days=1), now=NOW)
+    assert flat.quiet and not flat.series[0]["short_series"]["moved"]
+    assert flat.headline.endswith("1 series too short for a change-point test (under 8 points); the trial test of "
+                                  "the newest commit against the first found no REGRESSION or IMPROVEMENT.")
+
+
+def _failed(run_id: int, reason: str, hours: int) -> core.FailedRun:
+    return core.FailedRun(run_id, "compare", "vllm", "local", ["eagle3"], "a" * 40, "b" * 40, "main", reason,
+                          NOW - dt.timedelta(hours=hours))
+
+
+def test_failed_runs_are_grouped_by_reason_and_a_failure_is_not_quiet():
+    runs = core.PeriodRuns(failed=[
+        _failed(3, "engine exited with status 1 before it was ready (pid 4242)\nlog tail ...", 5),
+        _failed(4, "worktree for 0123456789abcdef0123456789abcdef01234567 at /data/w/x failed", 4),
+        _failed(7, "engine exited with status 1 before it was ready (pid 5151)", 1),
+    ])
+    assert core.failure_key(runs.failed[1].reason) == "worktree for <sha> at <path> failed"
+    groups = runs.failure_groups()
+    assert [(g.reason, [r.run_id for r in g.runs]) for g in groups] == [
+        ("engine exited with status N before it was ready (pid N)", [7, 3]),
+        ("worktree for <sha> at <path> failed", [4]),
+    ]
+    assert groups[0].line().startswith("FAILED (2 runs): engine exited with status N before it was ready (pid N): "
+                                       f"run 7 (compare vllm eagle3 {'b' * 10})")
+    summary = core.build_summary([], since=NOW - dt.timedelta(days=1), now=NOW, runs=runs)
+    assert not summary.quiet
+    assert summary.headline == "3 failed runs (2 reasons) in the last 1 day (0 commits measured, 0 series)."
+    assert [f["reason"] for f in summary.to_dict()["runs"]["failures"]] == [g.reason for g in groups]
+    blocks, _ = summary_blocks(summary)
+    assert sum(b["type"] == "section" and b["text"]["text"].startswith(":x: FAILED") for b in blocks) == 2
