@@ -45,7 +45,9 @@ def test_compare_of_two_commits_served_by_transformers_serve_gives_a_verdict(tes
         'command = ["{python}", "-m", "transformers.cli.transformers", "serve", "--host", "127.0.0.1", '
         '"--port", "{port}", "--device", "cpu", "{model}"]\n'
         '[engines.hf.modes]\nbaseline = []\n'
-        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        # this test is about the server kind: a launch another process disturbs is kept, not measured
+        # again, so the launch count stays 4 (disturbance has its own tests)
+        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\non_disturbed = "keep"\n'
         '[workloads.default]\noutput_len = 16\nconcurrency = 1\nrequests = 3\nwarmup_requests = 1\n'
     )
     url = f"sqlite:///{tmp_path}/db.sqlite"
