@@ -93,7 +93,7 @@ class FakeHost(LocalHost):
     async def run(self, argv, *, timeout_s=300.0, cwd=None, env=None, input=None) -> CommandResult:
         if argv and argv[0] == self.PYTHON:
             self.commands_run += 1
-            if argv[1:2] == ["-"] or argv[1].endswith("_probe_script.py"):
+            if argv[1:2] == ["-"]:  # the probe, always fed on standard input
                 return CommandResult(list(argv), 0, json.dumps(self.snapshot("--cheap" in argv)), "")
             return CommandResult(list(argv), 1, "", "fake engine: nothing to import\n")
         # directly, without the helper that ties a command to its timeout (one interpreter
