@@ -6,7 +6,9 @@ bisect become jobs in the host's queue; status, queue, cancel, history and env a
 Every command is checked first, from the text and the config alone (parse, authorise); usage
 errors and refusals are the ack's ephemeral text, and nothing is queued for them. A command
 that needs work is then written to the audit table as ``received`` (with what answering it
-needs) before it is acknowledged; git, the queue and the Web API come after the ack. A
+needs) before it is acknowledged; git, the queue and the Web API come after the ack. Compare
+and bisect commands are carried out one at a time in the order they were received, so their
+jobs are queued in that order whichever command's git answers first. A
 received command whose bot died before answering it is carried out by the next bot
 (:meth:`SlackCommands.resume`). Every command ends in the audit table (who, what, when,
 result). A database error reaches the user as one line naming it, never SQL.
@@ -42,6 +44,9 @@ class SlackCommands:
         self.queue, self.notifier = queue, notifier
         self._tasks: set[asyncio.Task] = set()
         self._io_slots = asyncio.Semaphore(IO_SLOTS)
+        # Compare and bisect commands take this in the order their tasks start, which is the
+        # order received (asyncio.Lock wakes its waiters first in, first out).
+        self._queue_in_order = asyncio.Lock()
 
     def cancel(self) -> None:
         """Cancel every command still running after its ack."""
@@ -132,7 +137,11 @@ class SlackCommands:
         its response URL (``payload``)."""
         try:
             handler = getattr(self, f"_cmd_{cmd.name}")
-            reply, result, job_id = await handler(cmd, who, payload, host, engine)
+            if cmd.name in ("compare", "bisect"):
+                async with self._queue_in_order:
+                    reply, result, job_id = await handler(cmd, who, payload, host, engine)
+            else:
+                reply, result, job_id = await handler(cmd, who, payload, host, engine)
         except core.SpecperfError as exc:
             reply, result, job_id = f"error: {exc}", f"error: {str(exc).splitlines()[0]}", None
         except SQLAlchemyError as exc:

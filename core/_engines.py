@@ -93,7 +93,9 @@ class EngineAdapter:
         log_tail: Callable[[], Awaitable[str]],
     ) -> None:
         """Poll the health route, then send one real completion, until both succeed; the
-        completion also finds :attr:`length_method` (module docstring).
+        completion also finds :attr:`length_method` (module docstring). A failed check is
+        retried after 0.05 s, doubling to every 0.5 s: an engine that starts in a second is
+        seen at once, one that takes minutes is asked twice a second.
 
         Args:
             client: bound to the engine's base URL.
@@ -107,6 +109,7 @@ class EngineAdapter:
         """
         deadline = time.monotonic() + timeout_s
         healthy = False
+        pause_s = 0.05
         last = "no answer yet"
         methods: list[str] = list(LENGTH_METHODS if self.config.output_length == "probe"
                                   else [self.config.output_length])
@@ -146,7 +149,8 @@ class EngineAdapter:
                         continue
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__} on {'completion' if healthy else self.health_path}"
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(pause_s)
+            pause_s = min(2 * pause_s, 0.5)
 
     async def begin_window(self, client: httpx.AsyncClient) -> object:
         """Read whatever the engine needs at the start of the measured window."""

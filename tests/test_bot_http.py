@@ -272,6 +272,30 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
     await bot.queue.cancel(job[0].id, "test over")
 
 
+async def test_jobs_are_queued_in_the_order_their_commands_were_received(make_bot, emulator, monkeypatch):
+    """Each command's git runs after its ack; the first one's answering last must not put its
+    job behind the second's (test_bot_kill's job-by-job assertions failed so in CI)."""
+    bot = await make_bot()
+    real_resolve = core.resolve_refs
+
+    async def resolve(request):  # the first command's git is the slower one
+        if request.head_ref == "slow":
+            await asyncio.sleep(0.5)
+        return await real_resolve(request)
+
+    monkeypatch.setattr(core, "resolve_refs", resolve)
+    # The worker has looked at the empty queue by the time the first job is queued; unwoken, it
+    # runs neither job (only their order matters here, and no engine is launched).
+    monkeypatch.setattr(bot.queue, "wake", lambda host: None)
+    for i, ref in enumerate(["slow", "noop"]):
+        response, _ = await post_command(bot.port, form(f"compare {ref} --modes baseline --rounds 1", trigger=f"o{i}"))
+        assert response.status_code == 200
+    jobs = await wait_for(lambda: len(_jobs(bot.db)) == 2 and _jobs(bot.db), 20, what="both jobs queued")
+    assert [(j.id, j.args["head_ref"]) for j in jobs] == [(1, "slow"), (2, "noop")]
+    for job in jobs:
+        await bot.queue.cancel(job.id, "test over")
+
+
 @pytest.mark.e2e
 async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emulator, unused_tcp_port, monkeypatch):
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))

@@ -61,6 +61,9 @@ async def test_a_killed_bot_is_reconciled_and_every_queued_job_runs_once(tmp_pat
             assert response.status_code == 200
         db = storage.open_database(url)
         await wait_for(lambda: len(storage.list_jobs(db)) == 3, 30, what="three jobs queued")
+        # queued in the order the commands were received (CI once saw command 2 become job 1)
+        assert [(j.args["head_ref"], j.args["base_ref"]) for j in storage.list_jobs(db)] == [
+            ("slow", None), ("noop", None), ("slow", "base")]
         trial = await wait_for(lambda: next((t for t in _trials(db) if t.pgid), None), 60, what="the first launch")
         await asyncio.sleep(1.0)
         os.kill(proc.pid, signal.SIGKILL)  # no cleanup runs: the engine is orphaned, job 1 says running
