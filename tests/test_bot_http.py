@@ -299,7 +299,8 @@ async def test_jobs_are_queued_in_the_order_their_commands_were_received(make_bo
 @pytest.mark.e2e
 async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emulator, unused_tcp_port, monkeypatch):
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
-    shas = make_repo(tmp_path / "history", linear_history(n=4, slow=3))
+    # c2 slows decode: a confirm, a probe and the pair that settles it (3 compares; c3 took 4)
+    shas = make_repo(tmp_path / "history", linear_history(n=4, slow=2))
     config = load_bot_config(write_config(tmp_path, tmp_path / "history", unused_tcp_port, emulator.api_url, trials=4))
     bot = SlackBot(config, storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
     await bot.start()
@@ -316,7 +317,7 @@ async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emula
     assert job.status == "done" and job.kind == "bisect", job.reason
     stored = storage.load_run(bot.db, job.run_id)
     record = stored.run.settings["bisect"]
-    assert stored.run.kind == "bisect" and record["culprit"] == shas["c3"]
+    assert stored.run.kind == "bisect" and record["culprit"] == shas["c2"]
     assert len(record["steps"]) <= math.ceil(math.log2(4)) + 2
     parent = emulator.recorded("chat.postMessage")[0]
     assert f"job {job.id}" in parent.body["text"] and "4 commits" in parent.body["text"]
@@ -324,7 +325,7 @@ async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emula
     assert reply.body["thread_ts"] == job.slack["thread_ts"]
     assert reply.body["text"].startswith(f"job {job.id}, run {job.run_id} bisect FOUND")
     steps = next(b["text"]["text"] for b in reply.body["blocks"] if b.get("text", {}).get("text", "").startswith("*steps*"))
-    assert steps.count("\n") == len(record["steps"]) and shas["c3"][:12] in steps
+    assert steps.count("\n") == len(record["steps"]) and shas["c2"][:12] in steps
     edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == job.slack["progress_ts"]]
     assert any("step 2 (probe)" in e.body["text"] for e in edits)  # progress in the thread, step by step
     assert "finished: bisect found" in edits[-1].body["text"]

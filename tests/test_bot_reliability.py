@@ -21,7 +21,7 @@ from tests.fake_engine_repo import make_repo
 pytestmark = pytest.mark.e2e  # every test runs specperf (the bot or the CLI) as a process
 
 LONG = "output_len = 2000\nrequests = 50\nwarmup_requests = 0\n"
-SHORT = "output_len = 64\nrequests = 4\nwarmup_requests = 1\n"
+SHORT = "output_len = 8\nrequests = 2\nwarmup_requests = 0\n"  # the jobs after a restart: quick launches
 LEASE_S = 3
 
 
@@ -169,13 +169,15 @@ async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_pa
                                                                            postgres_server):
     # launches of a few seconds each: the run's bookkeeping meets the outage
     config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, url=postgres_server.url, workload=SHORT,
-                                        trials=6, lease_s=LEASE_S)
+                                        trials=4, lease_s=LEASE_S)
     proc, port = await start_bot(config, url, home, log)
     try:
         await post_command(port, form("compare slow --modes baseline", trigger="p1", response_url=emulator.response_url()))
         trial = await wait_for(lambda: next((t for t in _trials(db) if t.pgid), None), 60, what="the first launch")
-        await asyncio.to_thread(postgres_server.stop)  # the database goes away mid-run for about 20 s
-        await asyncio.sleep(20)
+        # the database goes away mid-run for twice the owner lease (LEASE_S): the next launch's
+        # bookkeeping (a launch takes 1-3 s) meets the outage, and the bot's lease lapses in it
+        await asyncio.to_thread(postgres_server.stop)
+        await asyncio.sleep(2 * LEASE_S)
         await asyncio.to_thread(postgres_server.start)
         job = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 180,
                              what="job 1 done after the outage")

@@ -2,9 +2,9 @@
 made by real compares and a real bisect of the fast fake engine (tests/fake_engine_repo.py)
 into SQLite:
 
-- a linear history of 20 commits where ``c13`` makes every decode step slower (ITL x 1.3,
-  about -23% tok/s), bisected from ``good`` to ``c20`` in one mode: the bisect's own
-  compares measure 6 or so commits, a series too short for a change-point test;
+- a linear history of 8 commits where ``c6`` makes every decode step slower (ITL x 1.3,
+  about -23% tok/s), bisected from ``good`` to ``c8`` in one mode: the bisect's own
+  compares measure 5 or so commits, a series too short for a change-point test;
 - in the same database, a compare of a commit on a side branch (not first-parent of the
   branch head) that slows every step by half, in mode eagle3: a REGRESSION whose commit is
   not a point of any series.
@@ -41,7 +41,7 @@ from tests.fake_engine_repo import ENGINE, _git, fake_engine, linear_history, ma
 from tests.slack_emulator import SlackEmulator
 from tests.test_history_report import _report
 
-# the module's history is a bisect of 7-12 compares and one more compare (9-18 minutes on the shared
+# the module's history is a bisect of 4-7 compares and one more compare (minutes on the shared
 # 2-core machine under load, where launch noise makes the bisect retry and skip commits)
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=6, warmup_requests=1)
@@ -74,7 +74,7 @@ def history(tmp_path_factory):
     """(repo, {tag: sha}, database file, bisect result, side compare's run id)."""
     tmp = tmp_path_factory.mktemp("findings")
     repo = tmp / "repo"
-    commits = linear_history(n=20, slow=13, tag="c", first="good")
+    commits = linear_history(n=8, slow=6, tag="c", first="good")
     for _, _, knobs in commits:  # a step of -23% (ITL x 1.3): clear of launch noise on a loaded machine
         knobs["itl"] = 2.6 if knobs["itl"] > 2.0 else 2.0
     shas = make_repo(repo, commits)
@@ -91,7 +91,7 @@ def history(tmp_path_factory):
         db = storage.open_database(f"sqlite:///{db_file}")
         request = core.BisectRequest(
             engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
-            good_ref="good", bad_ref="c20", mode="baseline", settings=SETTINGS, host=local_host(tmp / "work"))
+            good_ref="good", bad_ref="c8", mode="baseline", settings=SETTINGS, host=local_host(tmp / "work"))
         store = storage.BisectStore(db, request)
         result = await core.bisect(request, store)
         side = await _compare(db, repo, tmp / "work", port, "c5", "side", "eagle3")
@@ -103,9 +103,9 @@ def history(tmp_path_factory):
 
 def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tmp_path):
     repo, shas, db_file, result, bisect_run, side_run = history
-    # the bisect itself worked: c13 found, or named with an untestable neighbour (launch noise on a
-    # loaded machine can leave c12 INCONCLUSIVE twice, and it is skipped)
-    assert result.culprit == shas["c13"] and result.status in ("found", "ambiguous"), (result.status, result.message)
+    # the bisect itself worked: c6 found, or named with an untestable neighbour (launch noise on a
+    # loaded machine can leave c5 INCONCLUSIVE twice, and it is skipped)
+    assert result.culprit == shas["c6"] and result.status in ("found", "ambiguous"), (result.status, result.message)
     out = _report(tmp_path, repo, db_file, "--since", "1d", "--json", str(tmp_path / "s.json"), "--chart",
                   str(tmp_path / "t.png"))
     assert out.returncode == 0, out.stderr
@@ -113,11 +113,11 @@ def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tm
     assert not summary["quiet"] and not out.stdout.startswith("Quiet")
 
     (bisect,) = summary["runs"]["bisects"]
-    assert (bisect["run_id"], bisect["outcome"], bisect["culprit"]) == (bisect_run, result.status, shas["c13"])
+    assert (bisect["run_id"], bisect["outcome"], bisect["culprit"]) == (bisect_run, result.status, shas["c6"])
     assert not bisect["nothing_to_bisect"]
     evidence = bisect["evidence"]  # the culprit against its parent, from that step's compare run
-    assert (evidence["head_sha"], evidence["verdict"]) == (shas["c13"], "REGRESSION")
-    assert evidence["base_sha"] == shas["c12"] or result.status == "ambiguous"  # else the last good one
+    assert (evidence["head_sha"], evidence["verdict"]) == (shas["c6"], "REGRESSION")
+    assert evidence["base_sha"] == shas["c5"] or result.status == "ambiguous"  # else the last good one
     assert evidence["change_pct"] < -2.0 and evidence["attribution"] in ("step time", None)
     assert evidence["run_id"] in bisect["compare_run_ids"] and evidence["bisect_run_id"] == bisect_run
     # the bisect's steps are not listed again as compares of their own
@@ -129,14 +129,14 @@ def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tm
     assert summary["headline"].startswith("1 REGRESSION verdict, 1 bisect naming a culprit")
 
     # the terminal says the same, with the run ids to `show`
-    assert f"bisect fake / baseline on local, {shas['good'][:10]}..{shas['c20'][:10]}: culprit {shas['c13'][:10]}" \
+    assert f"bisect fake / baseline on local, {shas['good'][:10]}..{shas['c8'][:10]}: culprit {shas['c6'][:10]}" \
         in out.stdout
     assert f"; run {bisect_run}, {len(result.steps)} compares" in out.stdout
     assert (f"REGRESSION fake / eagle3 on local: side ({shas['side'][:10]}) against c5 ({shas['c5'][:10]}): "
             f"{side['change_pct']:+.1f}%") in out.stdout
     assert f"; run {side_run}" in out.stdout
 
-    # the bisect's compares make a series of a few points (6 to 9: how many commits it measured
+    # the bisect's compares make a series of a few points (5 to 8: how many commits it measured
     # depends on the retries and skips the machine's noise caused). Under 8 it is too short for a
     # change-point test, so its newest commit is tested against its first on their trials;
     # from 8 on the change-point test runs. Either way the step shows.
@@ -144,13 +144,13 @@ def test_the_report_names_the_culprit_and_the_side_branch_regression(history, tm
     if baseline["n_points"] < 8:
         assert baseline["change_points"] == [] and baseline["drift"] is None
         short = baseline["short_series"]
-        assert (short["verdict"], short["moved"], short["latest_sha"]) == ("REGRESSION", True, shas["c20"])
+        assert (short["verdict"], short["moved"], short["latest_sha"]) == ("REGRESSION", True, shas["c8"])
         assert short["test"]["ci_high_pct"] < -2.0 and "too few for a change-point test" in short["reason"]
         assert f"SHORT SERIES REGRESSION fake baseline: {baseline['n_points']} points: too few" in out.stdout
     else:
         assert baseline["short_series"] is None
         found = [(cp["verdict"], cp["bad_sha"]) for cp in baseline["change_points"]]
-        assert found == [("REGRESSION", shas["c13"])] or (baseline["drift"] and baseline["drift"]["flagged"]), \
+        assert found == [("REGRESSION", shas["c6"])] or (baseline["drift"] and baseline["drift"]["flagged"]), \
             (found, baseline["drift"])
     # the side branch's commit is no point of its series (first-parent order of main)
     eagle3 = next(e for e in summary["series"] if e["mode"] == "eagle3")
@@ -172,7 +172,7 @@ def test_the_chart_marks_the_stored_verdicts(history):
     summary = _built(db_file, repo, shas)
     marks = {e["mode"]: _stored_marks(summary, e) for e in summary.series}
     on, off = marks["baseline"]
-    assert [(sha, label) for sha, label, _ in on] == [(shas["c13"], f"bisect {bisect_run}: culprit")]
+    assert [(sha, label) for sha, label, _ in on] == [(shas["c6"], f"bisect {bisect_run}: culprit")]
     assert off == []
     on, off = marks["eagle3"]
     side = summary.runs.compares[0]
@@ -213,7 +213,7 @@ async def test_the_scheduled_summary_has_one_section_per_finding_linked_to_its_t
     assert side.startswith(":rotating_light: REGRESSION fake / eagle3 on local: side")
     assert side.endswith("<https://t.slack.com/archives/C_RUNS/p1699999999000042|thread>")
     culprit = next(s for s in sections if f"; run {bisect_run}," in s)
-    assert f"culprit {shas['c13'][:10]}" in culprit and "|thread>" not in culprit  # made from the terminal
+    assert f"culprit {shas['c6'][:10]}" in culprit and "|thread>" not in culprit  # made from the terminal
     assert (emulator.recorded("chat.getPermalink")[0].body["message_ts"]) == "1699999999.000042"
     assert post.body["text"].splitlines()[0] == summary.headline
     blocks, _ = summary_blocks(summary)  # without links: the same sections, unlinked
