@@ -36,7 +36,7 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
     return closed
 
 
-def _stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
+def stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
     """(``[mode][role]`` launch numbers of the ok trials in order, ``{seq: ArmTrial}``,
     ``{seq: window}`` from the run's window snapshots)."""
     seqs: dict[str, dict[str, list[int]]] = {m: {"base": [], "head": []} for m in stored.run.modes}
@@ -69,7 +69,7 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
     Disturbance is judged again from the stored windows with the run's settings, so the
     trials left out are those the live run left out."""
     settings = core.CompareConfig.model_validate(stored.run.settings["compare"])
-    seqs, by_seq, windows = _stored_launches(stored)
+    seqs, by_seq, windows = stored_launches(stored)
     disturbed, left_out = core.judge_compare(seqs, windows, settings)
     trials = {mode: core.kept({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, left_out[mode])
               for mode, by_role in seqs.items()}
