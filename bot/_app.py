@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 import core
 import storage
+from bot import _slurm as slurm
 from bot._common import pick
 from bot._runs import reconcile_runs
 
@@ -240,6 +241,32 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
         if session.before_run is not None:
             session.before_run(config)
         return run_id, await core.compare(request, CompareObservers(store, observer), shas=shas)
+
+
+async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str],
+                           session: Session, observer: core.CompareObserver | None = None,
+                           on_run: Callable[[int], Awaitable[None] | None] | None = None,
+                           extra: dict | None = None) -> int:
+    """Run ``request`` on a Slurm host (:mod:`bot._slurm`): reconcile, submit it as one Slurm job
+    (Slurm queues it; no host lock), ``on_run(run_id)`` as in :func:`compare`, and follow the
+    job to its end with ``observer`` hearing its progress. Cancelled (Ctrl-C), it cancels the
+    job. Returns the run id; the run as stored says how it ended.
+
+    Raises:
+        core.HostError: sbatch refused the job.
+    """
+    await _reconcile(db, config, session)
+    run_id, job_id = await slurm.submit(db, request, shas, extra)
+    if on_run is not None and (pending := on_run(run_id)) is not None:
+        await pending
+    host = request.host
+    assert isinstance(host, core.SlurmHost)
+    try:
+        await slurm.follow(db, host, run_id, observer)
+    except asyncio.CancelledError:
+        await asyncio.shield(host.cancel(job_id))
+        raise
+    return run_id
 
 
 class _Started(core.BisectObserver):
