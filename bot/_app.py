@@ -257,14 +257,14 @@ async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest
     """
     await _reconcile(db, config, session)
     run_id, job_id = await slurm.submit(db, request, shas, extra)
-    if on_run is not None and (pending := on_run(run_id)) is not None:
-        await pending
     host = request.host
     assert isinstance(host, core.SlurmHost)
     try:
+        if on_run is not None and (pending := on_run(run_id)) is not None:
+            await pending
         await slurm.follow(db, host, run_id, observer)
-    except asyncio.CancelledError:
-        await asyncio.shield(host.cancel(job_id))
+    except asyncio.CancelledError:  # scancel ours, and see the run marked once Slurm has ended it
+        await asyncio.shield(slurm.cancel_and_settle(db, host, run_id, job_id))
         raise
     return run_id
 
@@ -290,7 +290,11 @@ async def bisect(config: core.Config, db, request: core.BisectRequest, session: 
 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
+        core.ConfigError: the host is a Slurm host (bisect there is not supported yet).
     """
+    if isinstance(request.host, core.SlurmHost):
+        raise core.ConfigError(f"bisect on the Slurm host {request.host.name} is not supported yet; bisect on a "
+                               "local or SSH host, or compare single commits on the Slurm host")
     async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         store, started = storage.BisectStore(db, request), _Started()

@@ -89,6 +89,13 @@ async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra:
     return run_id, job_id
 
 
+async def _load(db, run_id: int) -> storage.StoredRun:
+    stored = await asyncio.to_thread(storage.load_run, db, run_id)
+    if stored is None:
+        raise core.ConfigError(f"no run {run_id} in the database")
+    return stored
+
+
 async def follow(db, host: core.SlurmHost, run_id: int, observer: core.CompareObserver | None = None) -> storage.Run:
     """Relay run ``run_id``'s job until Slurm ends it: each change of Slurm's state (with the
     pending reason and node) and each trial the job records, as ``observer.progress`` lines;
@@ -98,7 +105,7 @@ async def follow(db, host: core.SlurmHost, run_id: int, observer: core.CompareOb
     observer = observer or core.CompareObserver()
     said, told = "", set()
     while True:
-        stored = await asyncio.to_thread(storage.load_run, db, run_id)
+        stored = await _load(db, run_id)
         job_id = stored.run.settings["slurm"]["job_id"]
         job = await host.job(job_id)
         line = job.line() if job else f"Slurm job {job_id}: unknown to Slurm"
@@ -115,26 +122,27 @@ async def follow(db, host: core.SlurmHost, run_id: int, observer: core.CompareOb
             break
         await asyncio.sleep(poll_s)
     await _settle_one(db, host, stored.run)
-    return (await asyncio.to_thread(storage.load_run, db, run_id)).run
+    return (await _load(db, run_id)).run
 
 
 async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
     """Record the end of ``run``'s job once Slurm has ended it; a run it left unfinished is
     marked interrupted with Slurm's reason. Returns that reason (``None``: nothing to do)."""
+    run_id = cast(int, run.id)
     job_id = run.settings["slurm"].get("job_id")
     job = await host.job(job_id) if job_id else None
     if job is not None and job.active:
         return None
     ended = {"ended": True, "state": job.state if job else "UNKNOWN", "reason": job.reason if job else None,
              "node": (job.node if job else None) or run.settings["slurm"].get("node")}
-    await asyncio.to_thread(storage.update_settings, db, run.id, "slurm", ended)
-    fresh = (await asyncio.to_thread(storage.load_run, db, run.id)).run
+    await asyncio.to_thread(storage.update_settings, db, run_id, "slurm", ended)
+    fresh = (await _load(db, run_id)).run
     if fresh.status == "done" or (job is not None and job.state == "COMPLETED" and fresh.status != "running"):
         return None
     why = ended_reason(job) if job else f"Slurm no longer knows job {job_id} (ended, and forgotten)"
     if fresh.reason and not fresh.reason.startswith(_SIGTERM) and fresh.status != "running":
         why += f"; before that: {fresh.reason}"
-    await asyncio.to_thread(storage.mark_abandoned, db, run.id, why,
+    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why,
                             "failed" if fresh.status == "failed" and job and job.state == "COMPLETED" else "interrupted")
     return why
 
@@ -149,25 +157,50 @@ async def settle(db, config: core.Config) -> list[tuple[int, str]]:
         async with open_host(config, run.host) as host:
             why = await _settle_one(db, cast(core.SlurmHost, host), run)
         if why:
-            closed.append((run.id, why))
+            closed.append((cast(int, run.id), why))
     return closed
 
 
-async def cancel(db, config: core.Config, run_id: int) -> str:
-    """``scancel`` run ``run_id``'s job (ours only: :meth:`core.SlurmHost.cancel`); the worker
-    then stops the engine and :func:`settle` marks the run. Returns what was done.
+async def cancel_and_settle(db, host: core.SlurmHost, run_id: int, job_id: str) -> None:
+    """``scancel`` our job ``job_id`` and wait for Slurm to end it (its worker stops the engine),
+    then mark run ``run_id`` (:func:`follow` without progress)."""
+    try:
+        await host.cancel(job_id)
+    except core.HostError:
+        pass  # Slurm no longer knows it: settled below all the same
+    await follow(db, host, run_id)
 
-    Raises:
-        core.ConfigError: no such run, or it is not a Slurm job's run.
-        core.HostError: Slurm refused, or the job is not ours.
-    """
-    stored = await asyncio.to_thread(storage.load_run, db, run_id)
-    slurm = stored.run.settings.get("slurm") if stored else None
+
+def stored_result(run: storage.Run) -> core.CompareResult:
+    """The outcome of a Slurm job's run as a :class:`core.CompareResult` for a notifier: status,
+    SHAs, reason and log tail (the figures stay in the database, where reports read them)."""
+    return core.CompareResult(core.RunStatus(run.status), run.base_sha, run.head_sha, reason=run.reason,
+                              log_tail=run.log_tail)
+
+
+def killed_by_slurm(run: storage.Run) -> bool:
+    """Whether Slurm ended ``run``'s job before the run finished (time limit, preemption,
+    node failure, a scancel not ours...): the bot re-queues such a job once, as after a crash."""
+    return run.status == "interrupted" and bool((run.settings.get("slurm") or {}).get("ended"))
+
+
+async def live_line(config: core.Config, run: storage.Run) -> str | None:
+    """Slurm's state of ``run``'s job now (``Slurm job 12 PENDING (Resources)``), or as stored
+    once over; ``None`` for a run that is not a Slurm job's."""
+    slurm = run.settings.get("slurm")
     if not slurm or not slurm.get("job_id"):
-        raise core.ConfigError(f"run {run_id} is not a Slurm job's run")
-    async with open_host(config, stored.run.host) as host:
-        job = await cast(core.SlurmHost, host).cancel(slurm["job_id"])
-    return f"run {run_id}: {job.line()} cancelled" if job.active else f"run {run_id}: {job.line()}: already over"
+        return None
+    if not slurm.get("ended") and run.host in config.hosts:
+        try:
+            async with open_host(config, run.host) as host:
+                job = await cast(core.SlurmHost, host).job(slurm["job_id"])
+            if job is not None:
+                return job.line()
+        except core.HostError as exc:
+            return f"Slurm job {slurm['job_id']}: state unknown ({exc})"
+    node = f" on {slurm['node']}" if slurm.get("node") else ""
+    reason = f" ({slurm['reason']})" if slurm.get("reason") else ""
+    return f"Slurm job {slurm['job_id']} {slurm.get('state', 'UNKNOWN')}{reason}{node}"
 
 
 async def run_job(spec_path: str) -> int:

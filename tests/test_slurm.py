@@ -1,34 +1,45 @@
 """Compares on a Slurm host against a real Slurm (tests/slurm_cluster.py: slurmctld and two
 slurmd on loopback, two GPUs of GRES each), with the fast fake engine (the exact-rate server
-from a real git repository, tests/fake_engine_repo.py): a compare through the CLI is one
-Slurm job that runs both arms on one node to a verdict, with job id and node stored and
-shown; a job Slurm ends (scancel, its time limit) leaves the run marked with Slurm's reason
-and no engine process."""
+from a real git repository, tests/fake_engine_repo.py): a compare through the CLI and one
+through the bot each run as one Slurm job that runs both arms on one node to a verdict, with
+job id and node stored and shown; a job Slurm ends (scancel, its time limit) leaves the run
+marked with Slurm's reason and no engine process. Tests run their jobs two at a time (one
+per node) to keep the tier short."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import core
 import storage
+from bot import load_config as load_bot_config
+from bot._slack_app import SlackBot
+from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
 from tests.fake_engine_repo import make_repo
 
 pytestmark = pytest.mark.slurm
 
 
+def slurm_host(tmp_path: Path) -> str:
+    """The Slurm host ``cluster`` (the test cluster's partition) with ``<tmp_path>/shared`` as its
+    shared folder, as TOML."""
+    return (f'[hosts.cluster]\nkind = "slurm"\nworkdir = "{tmp_path}/shared"\n'
+            '[hosts.cluster.slurm]\npartition = "test"\ngres = "gpu:2"\ntime_limit = "00:10:00"\npoll_s = 0.5\n')
+
+
 def slurm_config(tmp_path: Path, repo_path: Path, port: int, workload: str, trials: int) -> Path:
     """A config whose only engine (the fake one) runs on the Slurm host ``cluster``."""
     config = tmp_path / "specperf.toml"
     config.write_text(
-        f'[hosts.cluster]\nkind = "slurm"\nworkdir = "{tmp_path}/shared"\n'
-        '[hosts.cluster.slurm]\npartition = "test"\ngres = "gpu:2"\ntime_limit = "00:10:00"\npoll_s = 0.5\n'
+        slurm_host(tmp_path) +
         f'[engines.fake]\nkind = "command"\nhost = "cluster"\nrepo = "{repo_path}"\nsource_dir = "src"\n'
         f'source_package = "fake_engine"\npython = "{sys.executable}"\n'
         f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {port}\nstop_grace_s = 3\n'
@@ -46,26 +57,61 @@ def specperf(config: Path, tmp_path: Path, *args: str, **popen) -> subprocess.Po
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def test_a_compare_is_one_slurm_job_on_one_node_to_a_verdict(slurm_cluster, tmp_path, unused_tcp_port):
-    repo_path = tmp_path / "repo"
-    make_repo(repo_path)
-    config = slurm_config(tmp_path, repo_path, unused_tcp_port,
-                          "output_len = 128\nconcurrency = 2\nrequests = 8\nwarmup_requests = 1", trials=4)
-    proc = specperf(config, tmp_path, "compare", "slow", "--json", str(tmp_path / "report.json"))
-    out, err = proc.communicate(timeout=150)
+def check_slurm_run(stored: storage.StoredRun, cluster, shared: Path, launches: int) -> dict:
+    """The run finished as one Slurm job on one node of ``cluster``: Slurm's state stored, every
+    launch (both arms) recorded by the job's worker from that node's work directory."""
+    slurm = stored.run.settings["slurm"]
+    assert stored.run.status == "done", stored.run.reason
+    assert slurm["state"] == "COMPLETED" and slurm["node"] in cluster.nodes and slurm["job_id"]
+    assert stored.run.settings["client"] == "on the Slurm node, beside the engine"
+    assert len([t for t in stored.trials if t.status == "ok"]) == launches
+    assert {stored.arms[t.arm_id].role for t in stored.trials} == {"base", "head"}
+    assert all(t.log_path.startswith(f"{shared}/nodes/{slurm['node']}/logs/") for t in stored.trials)
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    return slurm
+
+
+async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one_slurm_job(
+        slurm_cluster, tmp_path, emulator, unused_tcp_port, monkeypatch):
+    """The CLI's compare (4 ABBA pairs, to a REGRESSION) and the bot's (1 pair) run side by side,
+    each a Slurm job on a node of its own; job id and node are in the terminal report, the
+    JSON report and the Slack verdict."""
+    cli, via_bot = tmp_path / "cli", tmp_path / "bot"
+    for where in (cli, via_bot):
+        make_repo(where / "repo")
+    config = slurm_config(cli, cli / "repo", unused_tcp_port,
+                          "output_len = 64\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1", trials=4)
+    proc = specperf(config, cli, "compare", "slow", "--json", str(cli / "report.json"))
+
+    monkeypatch.setenv("SPECPERF_HOME", str(via_bot / "home"))
+    bot_config = write_config(via_bot, via_bot / "repo", unused_tcp_port + 1, emulator.api_url)
+    bot_config.write_text(slurm_host(via_bot) + bot_config.read_text().replace(
+        '[engines.fake]\nkind = "command"\n', '[engines.fake]\nkind = "command"\nhost = "cluster"\n'))
+    bot = SlackBot(load_bot_config(bot_config), storage.open_database(f"sqlite:///{via_bot}/bot.db"))
+    await bot.start()
+    try:
+        response, _ = await post_command(bot.port, form("compare slow --modes baseline"))
+        assert response.status_code == 200
+        job = await wait_for(lambda: next((j for j in storage.list_jobs(bot.db, ("done", "failed"))), None), 150,
+                             what="the bot's job to finish")
+        assert job.status == "done", job.reason
+        await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
+        stored = check_verdict_thread(bot, emulator, job, "cluster", ("baseline",))
+    finally:
+        await bot.stop()
+    slurm = check_slurm_run(stored, slurm_cluster, via_bot / "shared", launches=4)
+    verdict = next(p for p in emulator.recorded("chat.postMessage") if p.body.get("blocks"))
+    assert f"Slurm job {slurm['job_id']} on node `{slurm['node']}`" in str(verdict.body["blocks"])
+
+    out, err = await asyncio.to_thread(proc.communicate, timeout=150)
     assert proc.returncode == 0, out + err
     assert "the benchmark client runs on the Slurm node" in out
     assert "PENDING" in out or "RUNNING" in out  # Slurm's state was relayed while it ran
-    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), 1)
-    slurm = stored.run.settings["slurm"]
-    assert stored.run.status == "done"
-    assert slurm["state"] == "COMPLETED" and slurm["node"] in slurm_cluster.nodes and slurm["job_id"]
-    assert f"Slurm job {slurm['job_id']} on {slurm['node']}: COMPLETED" in out
+    stored = storage.load_run(storage.open_database(f"sqlite:///{cli}/db.sqlite"), 1)
+    slurm = check_slurm_run(stored, slurm_cluster, cli / "shared", launches=8)
     assert [v.verdict for v in stored.verdicts] == ["REGRESSION"]
-    assert len([t for t in stored.trials if t.status == "ok"]) == 8  # both arms, ABBA, in the one job
-    # the job's worker wrote its trials from the node's work directory on the shared folder
-    assert all(t.log_path.startswith(f"{tmp_path}/shared/nodes/{slurm['node']}/logs/") for t in stored.trials)
-    assert '"slurm"' in (tmp_path / "report.json").read_text()
+    assert f"Slurm job {slurm['job_id']} on {slurm['node']}: COMPLETED" in out
+    assert json.loads((cli / "report.json").read_text())["slurm"]["job_id"] == slurm["job_id"]
 
 
 def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, unused_tcp_port):
