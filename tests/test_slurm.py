@@ -3,8 +3,10 @@ slurmd on loopback, two GPUs of GRES each), with the fast fake engine (the exact
 from a real git repository, tests/fake_engine_repo.py): a compare through the CLI and one
 through the bot each run as one Slurm job that runs both arms on one node to a verdict, with
 job id and node stored and shown; a job Slurm ends (scancel, its time limit) leaves the run
-marked with Slurm's reason and no engine process. Tests run their jobs two at a time (one
-per node) to keep the tier short."""
+marked with Slurm's reason and no engine process; a job specperf did not submit is never
+touched. Tests run their jobs two at a time (one per node) to keep the tier short. The
+``slurm_cluster`` fixture marks a test ``slurm`` (tests/conftest.py); the config test is in
+the fast tier."""
 
 from __future__ import annotations
 
@@ -24,9 +26,6 @@ from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
 from tests.fake_engine_repo import make_repo
-
-pytestmark = pytest.mark.slurm
-
 
 def slurm_host(tmp_path: Path) -> str:
     """The Slurm host ``cluster`` (the test cluster's partition) with ``<tmp_path>/shared`` as its
@@ -158,3 +157,21 @@ def test_slurm_host_config_errors_name_the_fix():
     assert config.hosts["c"].slurm.sbatch_options() == [
         "--partition=gpu", "--gres=gpu:8", "--time=02:00:00", "--account=perf", "--exclusive", "--reservation=r1"]
     assert isinstance(core.open_host("c", config.hosts["c"], Path("/tmp")), core.SlurmHost)
+
+
+async def test_a_job_specperf_did_not_submit_is_never_touched(slurm_cluster, tmp_path):
+    """A held job of someone else's (it never runs, so it holds no node): specperf neither lists
+    nor cancels it, even when asked for it by id."""
+    foreign = slurm_cluster.run("sbatch", "--parsable", "--hold", "--job-name=someone-else", "--comment=theirs",
+                                f"--output={tmp_path}/foreign.out", "--wrap", "sleep 60", check=True).stdout.strip()
+    try:
+        host = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+        assert isinstance(host, core.SlurmHost)
+        job = await host.job(foreign)
+        assert job is not None and job.state == "PENDING" and not job.ours
+        assert foreign not in [j.job_id for j in await host.jobs()]
+        with pytest.raises(core.HostError, match="was not submitted by specperf; not touching it"):
+            await host.cancel(foreign)
+        assert (await host.job(foreign)).state == "PENDING"
+    finally:
+        slurm_cluster.run("scancel", foreign)
