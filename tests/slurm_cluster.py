@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-NODES = 2
+NODES = 3
 GPUS = 2
 KILL_WAIT_S = 5  # SIGTERM to SIGKILL when Slurm ends a job (scancel, time limit)
 

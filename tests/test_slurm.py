@@ -27,6 +27,7 @@ from tests.bot_support import check_verdict_thread, form, post_command, wait_for
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
 from tests.fake_engine_repo import make_repo
 
+
 def slurm_host(tmp_path: Path) -> str:
     """The Slurm host ``cluster`` (the test cluster's partition) with ``<tmp_path>/shared`` as its
     shared folder, as TOML."""
@@ -113,36 +114,74 @@ async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one
     assert json.loads((cli / "report.json").read_text())["slurm"]["job_id"] == slurm["job_id"]
 
 
-def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, unused_tcp_port):
-    """Two compares as two concurrent jobs (one node each): one cancelled with scancel, one
-    ended by Slurm's time limit (shortened to zero while it runs, so Slurm's own time-limit
-    check ends it within its 30-s period instead of after a whole minute)."""
-    repo_path = tmp_path / "repo"
-    make_repo(repo_path)
-    workload = "output_len = 2000\nrequests = 50\nwarmup_requests = 0"
+async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, emulator,
+                                                                  unused_tcp_port, monkeypatch):
+    """Three compares as three concurrent jobs (one node each) and a fourth left pending for want
+    of a node: one cancelled with Slurm's scancel, one ended by Slurm's time limit (shortened to
+    zero while it runs, so Slurm's own time-limit check ends it within its 30-s period instead
+    of after a whole minute), one running and the pending one cancelled through the bot, whose
+    status and queue show Slurm's state, node and pending reason."""
+    workload = "output_len = 2000\nrequests = 50\nwarmup_requests = 0\n"
     runs = {}
     for how, port in (("scancel", unused_tcp_port), ("timeout", unused_tcp_port + 1)):
         where = tmp_path / how
-        where.mkdir()
-        config = slurm_config(where, repo_path, port, workload, trials=2)
+        make_repo(where / "repo")
+        config = slurm_config(where, where / "repo", port, workload, trials=2)
         runs[how] = (where, specperf(config, where, "compare", "slow"))
-    pgids = {how: first_trial_pgid(f"sqlite:///{where}/db.sqlite", timeout_s=60) for how, (where, _) in runs.items()}
-    jobs = {how: storage.load_run(storage.open_database(f"sqlite:///{where}/db.sqlite"), 1).run.settings["slurm"]
-            for how, (where, _) in runs.items()}
-    assert group_members(pgids["scancel"]) and group_members(pgids["timeout"])
-    slurm_cluster.run("scancel", jobs["scancel"]["job_id"], check=True)
-    slurm_cluster.run("scontrol", "update", f"jobid={jobs['timeout']['job_id']}", "TimeLimit=0", check=True)
-    expected = {"scancel": "was cancelled (scancel) (CANCELLED", "timeout": "reached its time limit (TIMEOUT, TimeLimit)"}
-    for how, (where, proc) in runs.items():
-        out, err = proc.communicate(timeout=90)
-        assert proc.returncode == 3, out + err
-        run = storage.load_run(storage.open_database(f"sqlite:///{where}/db.sqlite"), 1)
+
+    via_bot = tmp_path / "bot"
+    make_repo(via_bot / "repo")
+    monkeypatch.setenv("SPECPERF_HOME", str(via_bot / "home"))
+    bot_config = write_config(via_bot, via_bot / "repo", unused_tcp_port + 2, emulator.api_url, workload=workload)
+    bot_config.write_text(slurm_host(via_bot) + bot_config.read_text().replace(
+        '[engines.fake]\nkind = "command"\n', '[engines.fake]\nkind = "command"\nhost = "cluster"\n'))
+    bot = SlackBot(load_bot_config(bot_config), storage.open_database(f"sqlite:///{via_bot}/bot.db"))
+    await bot.start()
+    try:
+        await post_command(bot.port, form("compare slow --modes baseline"))
+        dbs = {how: f"sqlite:///{where}/db.sqlite" for how, (where, _) in runs.items()} | {
+            "bot": f"sqlite:///{via_bot}/bot.db"}
+        pgids = {how: await asyncio.to_thread(first_trial_pgid, url, 60) for how, url in dbs.items()}
+        assert all(group_members(pgid) for pgid in pgids.values())
+        jobs = {how: storage.load_run(storage.open_database(url), 1).run.settings["slurm"] for how, url in dbs.items()}
+        await post_command(bot.port, form("compare noop --modes baseline"))  # no node left: it waits in Slurm
+        pending = await wait_for(lambda: next((r for r, _ in storage.list_runs(bot.db)
+                                               if r.id == 2 and r.settings["slurm"]["job_id"]), None), 30,
+                                 what="the second bot job's Slurm job")
+        await wait_for(lambda: "Resources" in slurm_cluster.run("squeue", "-h", "-o", "%r").stdout, 30,
+                       what="Slurm to say why it waits")
+        for name in ("queue", "status 1"):
+            await post_command(bot.port, form(name, response_url=emulator.response_url(name)))
+        replies = {name: (await wait_for(lambda name=name: [c for c in emulator.recorded("response")
+                                                             if c.body["name"] == name], 10))[0].body["text"]
+                   for name in ("queue", "status 1")}
+        running = f"Slurm job {jobs['bot']['job_id']} RUNNING on {jobs['bot']['node']}"
+        assert running in replies["queue"] and running in replies["status 1"], replies
+        assert f"Slurm job {pending.settings['slurm']['job_id']} PENDING (Resources)" in replies["queue"], replies
+
+        slurm_cluster.run("scancel", jobs["scancel"]["job_id"], check=True)
+        slurm_cluster.run("scontrol", "update", f"jobid={jobs['timeout']['job_id']}", "TimeLimit=0", check=True)
+        for job in storage.list_jobs(bot.db, ("running",)):
+            await post_command(bot.port, form(f"cancel {job.id}"))
+        await wait_for(lambda: len(storage.list_jobs(bot.db, ("cancelled",))) == 2, 60, what="both bot jobs cancelled")
+    finally:
+        await bot.stop()
+    expected = {"scancel": "was cancelled (scancel) (CANCELLED", "timeout": "reached its time limit (TIMEOUT, TimeLimit)",
+                "bot": "was cancelled (scancel) (CANCELLED"}
+    for how, url in dbs.items():
+        if how in runs:
+            out, err = await asyncio.to_thread(runs[how][1].communicate, timeout=90)
+            assert runs[how][1].returncode == 3, out + err
+        run = storage.load_run(storage.open_database(url), 1)
         assert run.run.status == "interrupted"
         assert run.run.reason.startswith(f"Slurm job {jobs[how]['job_id']} {expected[how]}"), run.run.reason
         assert run.run.settings["slurm"]["ended"] is True
         assert all(t.status != "running" for t in run.trials)
         assert group_members(pgids[how]) == []
-        assert run.run.reason in out
+        if how in runs:
+            assert run.run.reason in out
+    never_ran = storage.load_run(bot.db, 2).run
+    assert never_ran.status == "interrupted" and "was cancelled (scancel)" in never_ran.reason
 
 
 def test_slurm_host_config_errors_name_the_fix():
