@@ -15,7 +15,7 @@ sends SIGTERM: the worker stops the engine's process group and marks the run int
 
 :func:`settle` (run by every command that reconciles) closes the runs of jobs that Slurm has
 ended, with Slurm's state and reason (``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``...), also
-when the worker never got the chance (SIGKILL, node failure).
+when the worker never got the chance (SIGKILL, node failure, a job cancelled while pending).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import cast
 
 import core
 import storage
-from bot._common import open_host
+from bot._common import open_host, owner_alive
 
 # What each final Slurm state means for the run (Slurm's JobState names).
 _ENDED = {
@@ -38,12 +38,8 @@ _ENDED = {
     "PREEMPTED": "was preempted", "NODE_FAIL": "lost its node (node failure)", "FAILED": "failed",
     "OUT_OF_MEMORY": "ran out of memory", "BOOT_FAIL": "could not boot its node", "DEADLINE": "passed its deadline",
 }
+_KILLED = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})  # Slurm ended it
 _SIGTERM = "Slurm signalled the job to end"
-
-
-def is_slurm(host: core.Host) -> bool:
-    """Whether ``host`` is a Slurm partition (compares go to Slurm, not the host lock)."""
-    return isinstance(host, core.SlurmHost)
 
 
 def ended_reason(job: core.SlurmJob) -> str:
@@ -126,24 +122,29 @@ async def follow(db, host: core.SlurmHost, run_id: int, observer: core.CompareOb
 
 
 async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
-    """Record the end of ``run``'s job once Slurm has ended it; a run it left unfinished is
-    marked interrupted with Slurm's reason. Returns that reason (``None``: nothing to do)."""
+    """Record the end of ``run``'s job once Slurm has ended it. A run the worker did not finish
+    (Slurm's signal stopped it, or it never got to: a hard kill, a node failure, a job that
+    never started or crashed) is marked with Slurm's state and reason: interrupted when Slurm
+    ended the job, failed otherwise (with where the job's output is). Returns that reason
+    (``None``: nothing to do yet, or the worker's own outcome stands)."""
     run_id = cast(int, run.id)
-    job_id = run.settings["slurm"].get("job_id")
-    job = await host.job(job_id) if job_id else None
+    slurm = run.settings["slurm"]
+    if not slurm.get("job_id") and owner_alive(db)(run.settings.get("owner") or {}):
+        return None  # its submitter is still at sbatch
+    job = await host.job(slurm["job_id"]) if slurm.get("job_id") else None
     if job is not None and job.active:
         return None
     ended = {"ended": True, "state": job.state if job else "UNKNOWN", "reason": job.reason if job else None,
-             "node": (job.node if job else None) or run.settings["slurm"].get("node")}
+             "node": (job.node if job else None) or slurm.get("node")}
     await asyncio.to_thread(storage.update_settings, db, run_id, "slurm", ended)
     fresh = (await _load(db, run_id)).run
-    if fresh.status == "done" or (job is not None and job.state == "COMPLETED" and fresh.status != "running"):
-        return None
-    why = ended_reason(job) if job else f"Slurm no longer knows job {job_id} (ended, and forgotten)"
-    if fresh.reason and not fresh.reason.startswith(_SIGTERM) and fresh.status != "running":
-        why += f"; before that: {fresh.reason}"
-    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why,
-                            "failed" if fresh.status == "failed" and job and job.state == "COMPLETED" else "interrupted")
+    if fresh.status != "running" and not (fresh.status == "interrupted" and (fresh.reason or "").startswith(_SIGTERM)):
+        return None  # the worker finished the run (done, failed, refused): its own words stand
+    killed = job is not None and job.state in _KILLED
+    why = ended_reason(job) if job else f"Slurm no longer knows job {slurm.get('job_id')} (it ended and was forgotten)"
+    if not killed and slurm.get("log"):
+        why += f"; the job's output: {slurm['log']}"
+    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed")
     return why
 
 
@@ -179,9 +180,11 @@ def stored_result(run: storage.Run) -> core.CompareResult:
 
 
 def killed_by_slurm(run: storage.Run) -> bool:
-    """Whether Slurm ended ``run``'s job before the run finished (time limit, preemption,
-    node failure, a scancel not ours...): the bot re-queues such a job once, as after a crash."""
-    return run.status == "interrupted" and bool((run.settings.get("slurm") or {}).get("ended"))
+    """Whether Slurm ended ``run``'s job before the run finished by its own decision (time
+    limit, preemption, node failure; not a ``scancel``): the bot re-queues such a job once, as
+    after a crash."""
+    slurm = run.settings.get("slurm") or {}
+    return run.status == "interrupted" and bool(slurm.get("ended")) and slurm.get("state") != "CANCELLED"
 
 
 async def live_line(config: core.Config, run: storage.Run) -> str | None:
@@ -205,8 +208,8 @@ async def live_line(config: core.Config, run: storage.Run) -> str | None:
 
 async def run_job(spec_path: str) -> int:
     """The job's worker on the node: run the compare of the spec at ``spec_path`` into its
-    recorded run; 0 when the compare finished (whatever its verdicts), 1 when it failed, 143
-    when Slurm ended the job."""
+    recorded run; 0 when the compare ended on its own (done, failed or refused: the run says
+    which), 143 when Slurm ended the job."""
     with open(spec_path) as fh:
         spec = json.load(fh)
     db = storage.open_database(spec["db_url"])
@@ -226,12 +229,12 @@ async def run_job(spec_path: str) -> int:
     task = asyncio.create_task(core.compare(request, store, shas=tuple(spec["shas"])))
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        result = await task
+        await task
     except asyncio.CancelledError:
         await asyncio.to_thread(storage.mark_abandoned, db, run_id,
                                 f"{_SIGTERM} (job {job_id} on {node}); its engine was stopped", "interrupted")
         return 143
-    return 0 if result.status == "done" else 1
+    return 0
 
 
 def main() -> None:

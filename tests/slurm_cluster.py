@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-NODES = 3
+NODES = 4
 GPUS = 2
 KILL_WAIT_S = 5  # SIGTERM to SIGKILL when Slurm ends a job (scancel, time limit)
 

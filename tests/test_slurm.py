@@ -1,12 +1,13 @@
-"""Compares on a Slurm host against a real Slurm (tests/slurm_cluster.py: slurmctld and two
-slurmd on loopback, two GPUs of GRES each), with the fast fake engine (the exact-rate server
-from a real git repository, tests/fake_engine_repo.py): a compare through the CLI and one
-through the bot each run as one Slurm job that runs both arms on one node to a verdict, with
-job id and node stored and shown; a job Slurm ends (scancel, its time limit) leaves the run
-marked with Slurm's reason and no engine process; a job specperf did not submit is never
-touched. Tests run their jobs two at a time (one per node) to keep the tier short. The
-``slurm_cluster`` fixture marks a test ``slurm`` (tests/conftest.py); the config test is in
-the fast tier."""
+"""Compares on a Slurm host against a real Slurm (tests/slurm_cluster.py: slurmctld and four
+slurmd on loopback standing in for four nodes, two GPUs of GRES each), with the fast fake
+engine (the exact-rate server from a real git repository, tests/fake_engine_repo.py): a
+compare through the CLI and one through the bot each run as one Slurm job that runs both arms
+on one node to a verdict, with job id and node stored and shown; a failed compare keeps its
+own reason, a job whose worker never ran is failed with Slurm's; a job Slurm ends (scancel,
+its time limit) leaves the run marked with Slurm's reason and no engine process; a job
+specperf did not submit is never touched. Tests run their jobs side by side (one per node) to
+keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
+(tests/conftest.py); the config test is in the fast tier."""
 
 from __future__ import annotations
 
@@ -75,13 +76,24 @@ async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one
         slurm_cluster, tmp_path, emulator, unused_tcp_port, monkeypatch):
     """The CLI's compare (4 ABBA pairs, to a REGRESSION) and the bot's (1 pair) run side by side,
     each a Slurm job on a node of its own; job id and node are in the terminal report, the
-    JSON report and the Slack verdict."""
+    JSON report and the Slack verdict. Beside them, two jobs that fail: a compare whose engine
+    fails to start ends FAILED with the engine's words (the job itself completes); a job whose
+    worker cannot start (no such interpreter on the node) leaves its run failed with Slurm's
+    state and where the job's output is."""
     cli, via_bot = tmp_path / "cli", tmp_path / "bot"
-    for where in (cli, via_bot):
+    workload = "output_len = 64\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1"
+    for where in (cli, via_bot, tmp_path / "broken", tmp_path / "no-python"):
         make_repo(where / "repo")
-    config = slurm_config(cli, cli / "repo", unused_tcp_port,
-                          "output_len = 64\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1", trials=4)
+    config = slurm_config(cli, cli / "repo", unused_tcp_port, workload, trials=4)
     proc = specperf(config, cli, "compare", "slow", "--json", str(cli / "report.json"))
+    failing = {}
+    for how, port in (("broken", unused_tcp_port + 2), ("no-python", unused_tcp_port + 3)):
+        where = tmp_path / how
+        failing[how] = slurm_config(where, where / "repo", port, workload, trials=2)
+        if how == "no-python":
+            failing[how].write_text(failing[how].read_text().replace("poll_s = 0.5\n",
+                                                                     'poll_s = 0.5\npython = "/no/such/python"\n'))
+        failing[how] = specperf(failing[how], where, "compare", "broken" if how == "broken" else "slow")
 
     monkeypatch.setenv("SPECPERF_HOME", str(via_bot / "home"))
     bot_config = write_config(via_bot, via_bot / "repo", unused_tcp_port + 1, emulator.api_url)
@@ -113,15 +125,32 @@ async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one
     assert f"Slurm job {slurm['job_id']} on {slurm['node']}: COMPLETED" in out
     assert json.loads((cli / "report.json").read_text())["slurm"]["job_id"] == slurm["job_id"]
 
+    for how, proc in failing.items():
+        out, err = await asyncio.to_thread(proc.communicate, timeout=90)
+        assert proc.returncode == 3, out + err
+        run = storage.load_run(storage.open_database(f"sqlite:///{tmp_path / how}/db.sqlite"), 1).run
+        assert run.status == "failed" and run.settings["slurm"]["ended"] is True
+        if how == "broken":
+            assert run.settings["slurm"]["state"] == "COMPLETED"
+            assert "illegal memory access" in run.log_tail and not run.reason.startswith("Slurm job")
+        else:
+            log = run.settings["slurm"]["log"]
+            assert run.reason == (f"Slurm job {run.settings['slurm']['job_id']} failed (FAILED, NonZeroExitCode) on "
+                                  f"{run.settings['slurm']['node']}; the job's output: {log}")
+            assert "/no/such/python" in Path(log).read_text()
+
 
 async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, emulator,
                                                                   unused_tcp_port, monkeypatch):
-    """Three compares as three concurrent jobs (one node each) and a fourth left pending for want
-    of a node: one cancelled with Slurm's scancel, one ended by Slurm's time limit (shortened to
-    zero while it runs, so Slurm's own time-limit check ends it within its 30-s period instead
-    of after a whole minute), one running and the pending one cancelled through the bot, whose
-    status and queue show Slurm's state, node and pending reason."""
+    """Three compares as three concurrent jobs (one node each; someone else's job holds the
+    fourth, and is left alone) and a fourth compare left pending for want of a node: one
+    cancelled with Slurm's scancel, one ended by Slurm's time limit (shortened to zero while it
+    runs, so Slurm's own time-limit check ends it within its 30-s period instead of after a
+    whole minute), one running and the pending one cancelled through the bot, whose status and
+    queue show Slurm's state, node and pending reason."""
     workload = "output_len = 2000\nrequests = 50\nwarmup_requests = 0\n"
+    foreign = slurm_cluster.run("sbatch", "--parsable", "--exclusive", "--job-name=someone-else",
+                                f"--output={tmp_path}/foreign.out", "--wrap", "sleep 300", check=True).stdout.strip()
     runs = {}
     for how, port in (("scancel", unused_tcp_port), ("timeout", unused_tcp_port + 1)):
         where = tmp_path / how
@@ -166,6 +195,8 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
         await wait_for(lambda: len(storage.list_jobs(bot.db, ("cancelled",))) == 2, 60, what="both bot jobs cancelled")
     finally:
         await bot.stop()
+    assert "RUNNING" in slurm_cluster.run("scontrol", "-o", "show", "job", foreign).stdout  # someone else's: untouched
+    slurm_cluster.run("scancel", foreign, check=True)
     expected = {"scancel": "was cancelled (scancel) (CANCELLED", "timeout": "reached its time limit (TIMEOUT, TimeLimit)",
                 "bot": "was cancelled (scancel) (CANCELLED"}
     for how, url in dbs.items():
