@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 from core import _host_agent
@@ -80,7 +79,7 @@ class LocalHost(Host):
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):  # it may have exited as the cancel came
+            with suppress(ProcessLookupError):  # it may have exited as the cancel came
                 proc.terminate()  # the helper stops the command's group
             await proc.wait()
             raise
