@@ -45,7 +45,7 @@ def slurm_config(tmp_path: Path, repo_path: Path, port: int, workload: str, tria
         f'source_package = "fake_engine"\npython = "{sys.executable}"\n'
         f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {port}\nstop_grace_s = 3\n'
         f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
-        '[engines.fake.modes]\nbaseline = []\n'
+        '[engines.fake.modes]\nbaseline = []\nidle = ["--itl-scale", "50"]\n'
         f'[compare]\nmin_trials = {trials}\nmax_trials = {trials}\ncooldown_s = 0\non_disturbed = "keep"\n'
         f'modes = ["baseline"]\n[workloads.default]\n{workload}\n'
     )
@@ -148,6 +148,7 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
     runs, so Slurm's own time-limit check ends it within its 30-s period instead of after a
     whole minute), one running and the pending one cancelled through the bot, whose status and
     queue show Slurm's state, node and pending reason."""
+    # mode idle: 10 tokens a second, so the three jobs stream without taking the machine's CPU
     workload = "output_len = 2000\nrequests = 50\nwarmup_requests = 0\n"
     foreign = slurm_cluster.run("sbatch", "--parsable", "--exclusive", "--job-name=someone-else",
                                 f"--output={tmp_path}/foreign.out", "--wrap", "sleep 300", check=True).stdout.strip()
@@ -156,24 +157,25 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
         where = tmp_path / how
         make_repo(where / "repo")
         config = slurm_config(where, where / "repo", port, workload, trials=2)
-        runs[how] = (where, specperf(config, where, "compare", "slow"))
+        runs[how] = (where, specperf(config, where, "compare", "slow", "--modes", "idle"))
 
     via_bot = tmp_path / "bot"
     make_repo(via_bot / "repo")
     monkeypatch.setenv("SPECPERF_HOME", str(via_bot / "home"))
     bot_config = write_config(via_bot, via_bot / "repo", unused_tcp_port + 2, emulator.api_url, workload=workload)
     bot_config.write_text(slurm_host(via_bot) + bot_config.read_text().replace(
-        '[engines.fake]\nkind = "command"\n', '[engines.fake]\nkind = "command"\nhost = "cluster"\n'))
+        '[engines.fake]\nkind = "command"\n', '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(
+        '[engines.fake.modes]\n', '[engines.fake.modes]\nidle = ["--itl-scale", "50"]\n'))
     bot = SlackBot(load_bot_config(bot_config), storage.open_database(f"sqlite:///{via_bot}/bot.db"))
     await bot.start()
     try:
-        await post_command(bot.port, form("compare slow --modes baseline"))
+        await post_command(bot.port, form("compare slow --modes idle"))
         dbs = {how: f"sqlite:///{where}/db.sqlite" for how, (where, _) in runs.items()} | {
             "bot": f"sqlite:///{via_bot}/bot.db"}
         pgids = {how: await asyncio.to_thread(first_trial_pgid, url, 60) for how, url in dbs.items()}
         assert all(group_members(pgid) for pgid in pgids.values())
         jobs = {how: storage.load_run(storage.open_database(url), 1).run.settings["slurm"] for how, url in dbs.items()}
-        await post_command(bot.port, form("compare noop --modes baseline"))  # no node left: it waits in Slurm
+        await post_command(bot.port, form("compare noop --modes idle"))  # no node left: it waits in Slurm
         pending = await wait_for(lambda: next((r for r, _ in storage.list_runs(bot.db)
                                                if r.id == 2 and r.settings["slurm"]["job_id"]), None), 30,
                                  what="the second bot job's Slurm job")
