@@ -7,7 +7,7 @@ own reason, a job whose worker never ran is failed with Slurm's; a job Slurm end
 its time limit) leaves the run marked with Slurm's reason and no engine process; a job
 specperf did not submit is never touched. Tests run their jobs side by side (one per node) to
 keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
-(tests/conftest.py); the config test is in the fast tier."""
+(tests/conftest.py); the config test and the rules of settling a run are in the fast tier."""
 
 from __future__ import annotations
 
@@ -247,3 +247,63 @@ async def test_a_job_specperf_did_not_submit_is_never_touched(slurm_cluster, tmp
         assert (await host.job(foreign)).state == "PENDING"
     finally:
         slurm_cluster.run("scancel", foreign)
+
+
+class _SaidSlurm(core.SlurmHost):
+    """A Slurm host whose ``scontrol`` answers are given (``jobs``: job id -> SlurmJob or None):
+    the rules of settling a run without a cluster."""
+
+    def __init__(self, jobs: dict, workdir: Path) -> None:
+        config = core.parse_config(slurm_host(workdir)).hosts["cluster"]
+        super().__init__("cluster", config, str(workdir))
+        self.jobs_said = jobs
+
+    async def job(self, job_id):
+        return self.jobs_said.get(job_id)
+
+
+async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_path):
+    from bot import _slurm
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    host = _SaidSlurm({}, tmp_path)
+    request = core.CompareRequest(engine_name="e", engine=core.EngineConfig(kind="command", command=["x"]),
+                                  workload_name="w", workload=core.WorkloadConfig(), head_ref="h", base_ref="b",
+                                  modes=["baseline"], settings=core.CompareConfig(), host=host)
+
+    def run(job_id, status="running", reason=None, log="/shared/jobs/run.log"):
+        run_id = storage.RunStore(db).create(request, "a" * 40, "b" * 40, {"slurm": {"job_id": job_id, "log": log}})
+        if status != "running":
+            storage.mark_abandoned(db, run_id, reason, status)
+        return run_id
+
+    def job(job_id, state, reason=None):
+        return core.SlurmJob(job_id, f"specperf-run-{job_id}", f"specperf:run={job_id}", state, reason, "gpu-7")
+
+    cases = {
+        "running": (run("1"), job("1", "RUNNING")),  # still running: nothing to do
+        "failed on its own": (run("2", "failed", "engine exited"), job("2", "COMPLETED")),
+        "stopped by SIGTERM": (run("3", "interrupted", "Slurm signalled the job to end (job 3 on gpu-7)"),
+                               job("3", "TIMEOUT", "TimeLimit")),
+        "never ran": (run("4"), job("4", "FAILED", "NonZeroExitCode")),
+        "forgotten": (run("5"), None),
+        "not yet submitted": (run(None), None),  # its submitter (this process) is still at sbatch
+    }
+    host.jobs_said = {j.job_id: j for _, j in cases.values() if j}
+    said = {run_id: await _slurm._settle_one(db, host, storage.load_run(db, run_id).run)
+            for run_id, _ in cases.values()}
+    runs = {name: storage.load_run(db, run_id).run for name, (run_id, _) in cases.items()}
+    assert said[runs["running"].id] is None and runs["running"].status == "running"
+    assert said[runs["failed on its own"].id] is None
+    assert (runs["failed on its own"].status, runs["failed on its own"].reason) == ("failed", "engine exited")
+    assert runs["failed on its own"].settings["slurm"]["ended"] is True
+    assert runs["stopped by SIGTERM"].status == "interrupted"
+    assert runs["stopped by SIGTERM"].reason == "Slurm job 3 reached its time limit (TIMEOUT, TimeLimit) on gpu-7"
+    assert _slurm.killed_by_slurm(runs["stopped by SIGTERM"])  # the bot queues its job again once
+    assert runs["never ran"].status == "failed"
+    assert runs["never ran"].reason == ("Slurm job 4 failed (FAILED, NonZeroExitCode) on gpu-7; "
+                                        "the job's output: /shared/jobs/run.log")
+    assert runs["forgotten"].status == "failed" and "Slurm no longer knows job 5" in runs["forgotten"].reason
+    assert said[runs["not yet submitted"].id] is None and runs["not yet submitted"].status == "running"
+    # a run of a Slurm job is Slurm's to settle, never closed as a dead owner's
+    assert storage.abandoned_runs(db, lambda owner: False) == []
