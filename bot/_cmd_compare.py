@@ -178,7 +178,9 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
                                                 cli_session(args, console, f"compare {head_sha[:12]}"),
                                                 ConsoleProgress(console), on_run=started,
                                                 extra={"calibration": goal} if goal else None)
-            return _print_stored(console, args, storage.load_run(db, run_id))
+            stored = storage.load_run(db, run_id)
+            assert stored is not None  # recorded by app.compare_on_slurm
+            return _print_stored(console, args, stored)
         try:
             run_id, result = await app.compare(config, db, request, (base_sha, head_sha),
                                                cli_session(args, console, f"compare {head_sha[:12]}"),
@@ -268,8 +270,8 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_stored(console: Console, args: argparse.Namespace, stored: storage.StoredRun) -> int:
-    """Print a stored run's report (as ``specperf show``); 0 for a run with verdicts (or still
-    running), 3 for one that failed or was interrupted."""
+    """Print a stored run's report (as ``specperf show``); the exit status ``specperf compare``
+    gives such a run: 0 with verdicts (or still running), 3 failed or interrupted, 5 refused."""
     run = stored.run
     if run.kind == "bisect":
         console.print(f"run {run.id} ({run.status}): bisect of {run.engine_name} from {run.base_ref} "
@@ -278,11 +280,13 @@ def _print_stored(console: Console, args: argparse.Namespace, stored: storage.St
         return 0
     console.print(f"run {run.id} ({run.status}): {run.engine_name} {run.head_ref} ({run.head_sha[:12]}) against "
                   f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
-    status = 3 if run.status in ("failed", "interrupted") else 0
+    status = {"failed": 3, "interrupted": 3, "refused": 5}.get(run.status, 0)  # as compare's exit statuses
     if slurm := run.settings.get("slurm"):
         console.print(slurm_line(slurm), markup=False, highlight=False)
     if run.reason:
         console.print(f"reason: {run.reason}", markup=False, highlight=False)
+    if run.log_tail and run.status == "failed":
+        console.print(run.log_tail, markup=False, highlight=False)
     if not any(t.status == "ok" for t in stored.trials):
         console.print(f"no trial was measured: nothing to report (the run {run.status})" if run.status != "running"
                       else "no trial measured yet", markup=False, highlight=False)
