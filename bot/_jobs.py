@@ -1,6 +1,9 @@
 """The bot's job queue: jobs live in the database (storage), one worker per host takes them
 in order, one at a time per host, under the host's lock (the CLI's too), and runs each as a
-compare or a bisect (``Job.kind``).
+compare or a bisect (``Job.kind``). A Slurm host's worker submits each compare to Slurm at once
+(:mod:`bot._slurm`): Slurm queues and places them, side by side on separate nodes; a job whose
+Slurm job Slurm ended early (time limit, preemption, node failure) is queued again once or
+failed, as after a crash.
 
 A :class:`Notifier` (the Slack front end) hears about each job's start, progress and end.
 
@@ -37,6 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import core
 import storage
 from bot import _app as app
+from bot import _slurm as slurm
 from bot._app import trial_line
 from bot._common import open_host, owner_alive
 from bot._runs import reconcile_runs
@@ -135,6 +139,7 @@ class JobQueue:
         self._workers: list[asyncio.Task] = []
         self._running: dict[int, asyncio.Task] = {}
         self._cancelled: dict[int, str] = {}
+        self._slurm_jobs: set[asyncio.Task] = set()  # jobs of Slurm hosts, which run side by side
 
     async def start(self) -> list[tuple[storage.Job, str, str]]:
         """Take this process's lease, reconcile what a dead bot left, then start the workers and
@@ -272,9 +277,9 @@ class JobQueue:
     async def stop(self) -> None:
         """Stop the workers; a running compare is cancelled (its engine stopped, the job queued
         again); then this process's lease is released."""
-        for task in self._workers:
+        for task in [*self._workers, *self._slurm_jobs]:
             task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*self._workers, *self._slurm_jobs, return_exceptions=True)
         for host in self._hosts.values():
             await host.close()
         if self._heartbeat is not None:
@@ -288,10 +293,20 @@ class JobQueue:
             while (job := await self.retrying(storage.claim_next, self.db, host)) is not None:
                 task = asyncio.create_task(self._run(job), name=f"job-{job.id}")
                 self._running[job.id] = task
+                if self.config.hosts[host].kind == "slurm":  # Slurm queues and places its jobs: no waiting here
+                    self._slurm_jobs.add(task)
+                    task.add_done_callback(self._slurm_job_done)
+                    continue
                 try:
                     await task  # a cancel command ends the task normally; stopping the worker cancels it
                 finally:
                     self._running.pop(job.id, None)
+
+    def _slurm_job_done(self, task: asyncio.Task) -> None:
+        self._slurm_jobs.discard(task)
+        for job_id, running in list(self._running.items()):
+            if running is task:
+                del self._running[job_id]
 
     async def _run(self, job: storage.Job) -> None:
         run_id = None
@@ -313,6 +328,20 @@ class JobQueue:
                                             job.args["mode"])
                 _, result = await app.bisect(self.config, self.db, bisect, session,
                                              lambda store: JobBisectProgress(job, self.notifier), on_run=started)
+            elif isinstance(host, core.SlurmHost):  # one Slurm job; Slurm's kill re-queues the job once
+                request = compare_request(self.config, job, host)
+                shas = (job.args["base_sha"], job.args["head_sha"])
+                run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
+                                                    JobProgress(job, self.notifier), on_run=started)
+                run = (await self.retrying(storage.load_run, self.db, run_id, job=job)).run
+                if slurm.killed_by_slurm(run):
+                    status = await self.retrying(storage.requeue_or_fail, self.db, job.id,
+                                                 self.config.slack.requeue_interrupted, run.reason, job=job)
+                    await self._notify(self.notifier.job_reconciled(job, status, run.reason))
+                    if status == "queued":
+                        self.wake(job.host)
+                    return
+                result = slurm.stored_result(run)
             else:
                 request = compare_request(self.config, job, host)
                 shas = (job.args["base_sha"], job.args["head_sha"])

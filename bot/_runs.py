@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import core
 import storage
+from bot import _slurm as slurm
 from bot._common import open_host, owner_alive
 
 
@@ -13,9 +14,11 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
     groups recorded for their running trials are stopped on their hosts (only if each is still
     the recorded engine), the runs marked interrupted. An unreachable host is said in the reason.
 
+    Runs of Slurm jobs are settled by Slurm's state instead (:func:`bot._slurm.settle`).
+
     Returns ``[(run id, reason), ...]`` for each run closed.
     """
-    closed = []
+    closed = await slurm.settle(db, config)
     for run, trials in storage.abandoned_runs(db, owner_alive(db)):
         stopped, unreachable = [], None
         recorded = [t for t in trials if t.pgid and t.log_path]

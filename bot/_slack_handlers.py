@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import core
 import storage
 from bot import _app as app
+from bot import _slurm as slurm
 from bot._common import fmt, owner_alive, pick
 from bot._jobs import JobQueue, compare_request
 from bot._slack_commands import HELP, MAX_COMMAND_CHARS, Command, UsageError, parse
@@ -247,6 +248,8 @@ class SlackCommands:
                 ok = sum(1 for t in stored.trials if t.status == "ok")
                 verdicts = ", ".join(f"{v.mode} {v.verdict}" for v in stored.verdicts) or "no verdict yet"
                 line += f"; run {job.run_id} ({stored.run.status}): {ok} launches done, {verdicts}"
+                if slurm_state := await slurm.live_line(self.config, stored.run):
+                    line += f"; {slurm_state}"
             if job.reason:
                 line += f"; {job.reason}"
             lines.append(line)
@@ -258,8 +261,11 @@ class SlackCommands:
             return "the queue is empty", "queue", None
         by_host: dict[str, list[str]] = {}
         for job in jobs:
-            by_host.setdefault(job.host, []).append(
-                f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}")
+            line = f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}"
+            stored = await self._io(storage.load_run, self.db, job.run_id) if job.run_id else None
+            if stored and (slurm_state := await slurm.live_line(self.config, stored.run)):
+                line += f"; {slurm_state}"
+            by_host.setdefault(job.host, []).append(line)
         return "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
 
     async def _cmd_cancel(self, cmd, who, body, host, engine):

@@ -26,8 +26,47 @@ from core._errors import ConfigError
 from core._triage_rules import TriageConfig
 
 
+class SlurmConfig(_Strict):
+    """How a Slurm host asks for a node (``[hosts.<name>.slurm]``; each is the ``sbatch``
+    option of that name). ``partition``, ``gres`` (``gpu:8``), ``exclusive`` (the whole node,
+    default), ``time_limit`` (Slurm's ``[D-]HH:MM:SS``; a compare that outlives it is ended by
+    Slurm and marked with Slurm's reason), ``account``, ``qos``, ``constraint``, ``nodelist``,
+    and ``sbatch_args``: further options, word by word. ``python``: the interpreter on the
+    nodes that has specperf installed (default: the one running specperf, which must then be
+    on the shared file system). ``poll_s``: how often the submitter reads the job's state and
+    its progress in the database."""
+
+    partition: str | None = None
+    gres: str | None = None
+    exclusive: bool = True
+    time_limit: str = Field(default="02:00:00", pattern=r"^(\d+-)?\d+(:\d+){0,2}$")
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodelist: str | None = None
+    sbatch_args: list[str] = Field(default_factory=list)
+    python: str | None = None
+    poll_s: float = Field(default=2.0, gt=0)
+
+    @field_validator("python", mode="before")
+    @classmethod
+    def _expand_python(cls, value):
+        return _expand(value) if isinstance(value, str) else value
+
+    def sbatch_options(self) -> list[str]:
+        """These settings as ``sbatch`` options (``--partition=gpu``, ``--exclusive``, ...)."""
+        named = {"partition": self.partition, "gres": self.gres, "time": self.time_limit, "account": self.account,
+                 "qos": self.qos, "constraint": self.constraint, "nodelist": self.nodelist}
+        return ([f"--{k}={v}" for k, v in named.items() if v] + (["--exclusive"] if self.exclusive else [])
+                + list(self.sbatch_args))
+
+
 class HostConfig(_Strict):
-    """A machine that runs engines. With no ``ssh`` it is the local machine.
+    """A machine that runs engines. With no ``ssh`` it is the local machine; with ``kind =
+    "slurm"`` a partition of a Slurm cluster (:class:`SlurmConfig` in ``[hosts.<name>.slurm]``):
+    each compare is one Slurm job holding one node, whose work directory is ``workdir``
+    (required: a folder the nodes and this machine share, for worktrees, logs and job files).
+    Slurm's commands run on this machine (a login node reached over SSH is not supported yet).
 
     ``ssh``: ``user@host`` (or ``host``), reached on ``port``; host keys are checked against
     ``known_hosts`` (default ``~/.ssh/known_hosts``), never skipped; authentication with
@@ -57,6 +96,26 @@ class HostConfig(_Strict):
     device_paths: list[str] = Field(default_factory=lambda: ["/dev/nvidia[0-9]*"])
     ignore_holders: list[str] = Field(default_factory=lambda: ["nvidia-persistenced", "nv-hostengine", "nv-fabricmanager", "dcgm"])
     trial_deadline_s: float = Field(default=7200.0, gt=0)
+    kind: Literal["local", "ssh", "slurm"] | None = None
+    slurm: SlurmConfig | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> HostConfig:
+        kind = self.kind or ("slurm" if self.slurm else "ssh" if self.ssh else "local")
+        if kind == "slurm":
+            if self.ssh:
+                raise ValueError('kind = "slurm" runs Slurm\'s commands on this machine; ssh is not supported '
+                                 "for a Slurm host yet (run specperf on a login node)")
+            if not self.workdir:
+                raise ValueError('kind = "slurm" needs workdir = "/shared/..." (a folder the nodes share)')
+        elif self.slurm:
+            raise ValueError(f'[slurm] settings need kind = "slurm" (got kind = "{kind}")')
+        elif (kind == "ssh") != bool(self.ssh):
+            raise ValueError('kind = "ssh" needs ssh = "user@host"' if kind == "ssh" else
+                             f'kind = "{kind}" cannot have ssh = ...; leave kind out or set it to "ssh"')
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "slurm", self.slurm or (SlurmConfig() if kind == "slurm" else None))
+        return self
 
     @field_validator("ssh", "jump", "python", "engine_address", mode="before")
     @classmethod

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Fixture -> the marker of what it needs (pyproject.toml lists the markers).
 FIXTURE_MARKERS = {"testenv": "engine", "postgres_url": "postgres", "postgres_server": "postgres", "sshd": "ssh",
-                   "netns_sshd": "ssh"}
+                   "netns_sshd": "ssh", "slurm_cluster": "slurm"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -303,6 +303,23 @@ def sshd() -> Iterator:
     server = SshServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator:
+    """A real Slurm cluster on loopback for this test session (tests/slurm_cluster.py); Slurm's
+    client commands (this process's and its children's) find it through ``SLURM_CONF``."""
+    from tests.slurm_cluster import SlurmCluster
+
+    cluster = SlurmCluster()
+    before = os.environ.get("SLURM_CONF")
+    os.environ.update(cluster.env())
+    yield cluster
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before
+    cluster.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 from core import _host_agent
@@ -79,7 +79,8 @@ class LocalHost(Host):
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
-            proc.terminate()  # the helper stops the command's group
+            with suppress(ProcessLookupError):  # it may have exited as the cancel came
+                proc.terminate()  # the helper stops the command's group
             await proc.wait()
             raise
         return self._result(argv, proc.returncode, stdout, stderr, timeout_s)
