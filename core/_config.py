@@ -15,6 +15,7 @@ from typing import Literal, TypeVar
 
 from pydantic import (
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -267,6 +268,13 @@ class Config(_Strict):
     slack: dict = Field(default_factory=dict)
     schedule: dict = Field(default_factory=dict)
     watches: list[dict] = Field(default_factory=list)
+    _source: str = PrivateAttr(default="the config file")
+
+    @property
+    def source(self) -> str:
+        """Where this configuration was read from (the file name given to :func:`parse_config`),
+        for messages that name a key to change."""
+        return self._source
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -327,10 +335,12 @@ def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as exc:
         lines = [_describe(err, source) for err in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
+    config._source = source
+    return config
 
 
 def load_config(path: str | Path, model: type[C] = Config) -> C:  # type: ignore[assignment]

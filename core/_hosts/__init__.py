@@ -23,12 +23,17 @@ from core._hosts.ssh import SshHost
 __all__ = ["CommandResult", "EngineHandle", "Host", "LocalHost", "Spawned", "SshHost", "open_host"]
 
 
-def open_host(name: str, config: HostConfig, local_workdir: Path) -> Host:
+def open_host(name: str, config: HostConfig, local_workdir: Path, source: str = "the config file") -> Host:
     """The :class:`Host` for ``[hosts.<name>]``: SSH when ``ssh`` is set, else local.
 
     ``local_workdir`` (the data directory) is the local host's default work directory; an
-    SSH host's default is ``/var/tmp/specperf``. Nothing connects until first use.
+    SSH host's default is ``/var/tmp/specperf``. ``source``: the config file the host was
+    read from (:attr:`Config.source`), named by errors that ask for a key to be changed.
+    Nothing connects until first use.
     """
     if config.ssh:
-        return SshHost(name, config, config.workdir or "/var/tmp/specperf")
-    return LocalHost(name, config, config.workdir or str(local_workdir))
+        host: Host = SshHost(name, config, config.workdir or "/var/tmp/specperf")
+    else:
+        host = LocalHost(name, config, config.workdir or str(local_workdir))
+    host.source = source
+    return host

