@@ -24,6 +24,7 @@ from pydantic import (
 from core._config_base import ConfigSection as _Strict
 from core._config_base import expand_vars as _expand
 from core._errors import ConfigError
+from core._redact import REDACTED, redact, secret_name
 from core._triage_rules import TriageConfig
 
 
@@ -309,12 +310,16 @@ def _pick(table: dict, name: str, what: str):
 
 
 def _describe(error: dict, source: str) -> str:
+    """One line for one validation error: the file, the dotted key, what was expected and what
+    was given, with secrets redacted (:func:`core._redact.redact`; the whole value under a
+    secret-looking key)."""
     loc = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         return f"{source}: unknown key {loc!r}; check its spelling against the documented keys"
     where = f"{source}: {loc}" if loc else source
-    message = error["msg"].removeprefix("Value error, ")
-    return f"{where}: {message} (got {error.get('input')!r})" if loc else f"{where}: {message}"
+    message = redact(error["msg"].removeprefix("Value error, "))
+    given = REDACTED if any(secret_name(str(part)) for part in error["loc"]) else redact(error.get("input"))
+    return f"{where}: {message} (got {given!r})" if loc else f"{where}: {message}"
 
 
 def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -> C:  # type: ignore[assignment]

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from core import Arm as CoreArm
+from core import redact
 from core import (
     BisectObserver,
     BisectRequest,
@@ -27,7 +28,6 @@ from core import (
 )
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 from storage._owners import identity, keep_alive
-from storage._redact import redact
 
 
 class RunStore(CompareObserver):

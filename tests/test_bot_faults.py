@@ -82,3 +82,21 @@ def test_a_bad_compare_option_is_named():
 
     with pytest.raises(core.ConfigError, match=r"bad compare option --margin-pct: Input should be greater than 0"):
         app.compare_settings(parse_config(""), margin_pct=-1)
+
+
+# -- item 9's rest: a configuration error never echoes a secret --------------------------------
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[slack]\nbot_token = 80123456789\n', "slack.bot_token"),  # a wrong-typed token, literally
+    ('[slack]\nsigning_secret = ["s3cr3t-80123456789"]\n', "slack.signing_secret"),
+    ('[engines.e]\nkind = "vllm"\nenv = { HF_TOKEN = "hf_80123456789" }\n', "engines.e"),  # the whole table echoed
+    ('[engines.e]\nkind = "vllm"\nmodel = "m"\nenv = { HF_TOKEN = 80123456789 }\n', "engines.e.env.HF_TOKEN"),
+    ('[storage]\nurl = ["postgresql://specperf:pw80123456789@db.example/runs"]\n', "storage.url"),
+])
+def test_a_config_error_never_echoes_a_secret(text, key):
+    with pytest.raises(core.ConfigError) as error:
+        parse_config(text, "specperf.toml")
+    message = str(error.value)
+    assert message.startswith(f"specperf.toml: {key}: ") and "80123456789" not in message, message
+    assert "<redacted>" in message
