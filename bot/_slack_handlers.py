@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 from sqlalchemy.exc import SQLAlchemyError
 
 import core
@@ -25,6 +24,7 @@ import storage
 from bot import _app as app
 from bot._common import fmt, owner_alive, pick
 from bot._jobs import JobQueue, compare_request
+from bot._slack_client import reply_via
 from bot._slack_commands import HELP, MAX_COMMAND_CHARS, Command, UsageError, parse
 from bot._slack_notifier import SlackNotifier, queued_by
 
@@ -144,11 +144,8 @@ class SlackCommands:
             log.exception("command %d failed", command_id)
             reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}"[:500], None
         await self.queue.retrying(storage.answer_command, self.db, command_id, result, job_id)
-        if reply and payload.get("response_url"):
-            try:
-                await AsyncWebhookClient(payload["response_url"]).send(response_type="ephemeral", text=reply)
-            except Exception as exc:  # the ack went out; a lost ephemeral line is logged
-                log.warning("ephemeral reply failed: %s", exc)
+        if reply and payload.get("response_url"):  # the ack went out; a lost ephemeral line is logged
+            await reply_via(payload["response_url"], response_type="ephemeral", text=reply)
 
     async def resume(self) -> int:
         """Carry out the received commands whose bot died before answering them (each taken by
@@ -225,8 +222,8 @@ class SlackCommands:
             if sent is not None:
                 await self._io(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})
             else:
-                await AsyncWebhookClient(body["response_url"]).send(
-                    response_type="in_channel", text=text + " (invite the bot to this channel for threaded progress)")
+                await reply_via(body["response_url"], response_type="in_channel",
+                                text=text + " (invite the bot to this channel for threaded progress)")
         finally:
             ready.set()
             self.queue.wake(host)

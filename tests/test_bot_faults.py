@@ -100,3 +100,48 @@ def test_a_config_error_never_echoes_a_secret(text, key):
     message = str(error.value)
     assert message.startswith(f"specperf.toml: {key}: ") and "80123456789" not in message, message
     assert "<redacted>" in message
+
+
+# -- Slack failure texts go out redacted -------------------------------------------------------
+
+
+async def test_slack_failure_texts_and_log_lines_are_redacted(tmp_path, emulator, monkeypatch):
+    import io
+    import json
+    import logging
+
+    import storage
+    from bot._settings import SlackConfig
+    from bot._slack_client import RedactingFormatter, web_client
+    from bot._slack_notifier import SlackNotifier
+
+    monkeypatch.setenv("HF_TOKEN", "hf_leak80123456789")
+    slack = SlackConfig(bot_token="xoxb-test", api_url=emulator.api_url, channel_interval_s=0, progress_interval_s=0)
+    db = storage.open_database(f"sqlite:///{tmp_path}/bot.db")
+    notifier = SlackNotifier(web_client(slack), slack, db)
+    job = storage.enqueue(db, storage.Job(host="local", engine_name="e", workload_name="default", user_id="U1",
+                                          channel_id="C1", slack={"channel": "C1", "thread_ts": "1.000001",
+                                                                  "response_url": emulator.response_url()}))
+    reason = ("git error: cannot fetch https://bot:ghp_leak80123456789@git.example/engine.git; "
+              "the engine printed hf_leak80123456789")
+    for script in ((), ("not_in_channel",)):  # threaded, then through the response URL when refused
+        emulator.script("chat.postMessage", *script)
+        await notifier.job_finished(job, None, None, reason)
+    said = json.dumps([c.body for c in emulator.recorded("chat.postMessage") + emulator.recorded("response")])
+    assert said.count("https://bot:<redacted>@git.example/engine.git") == 4  # text and block, twice
+    assert "80123456789" not in said and "the engine printed <redacted>" in said
+
+    # a log line after a Slack failure, exception text included, as specperf bot writes it
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("specperf.test-redaction")
+    logger.addHandler(handler)
+    try:
+        try:
+            raise OSError("Cannot connect to proxy http://me:pw80123456789@proxy.example:3128 (hf_leak80123456789)")
+        except OSError as exc:
+            logger.warning("chat.postMessage in C1 failed: %s", exc, exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+    assert "80123456789" not in out.getvalue() and "http://me:<redacted>@proxy.example:3128" in out.getvalue()
