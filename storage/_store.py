@@ -14,7 +14,6 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from core import Arm as CoreArm
-from core import redact
 from core import (
     BisectObserver,
     BisectRequest,
@@ -25,6 +24,7 @@ from core import (
     CompareResult,
     TrialResult,
     Verdict,
+    redact,
 )
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 from storage._owners import identity, keep_alive

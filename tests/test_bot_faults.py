@@ -6,6 +6,8 @@ could not renew its lease stops its job before another bot may take it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncssh
 import pytest
 
@@ -145,3 +147,63 @@ async def test_slack_failure_texts_and_log_lines_are_redacted(tmp_path, emulator
     finally:
         logger.removeHandler(handler)
     assert "80123456789" not in out.getvalue() and "http://me:<redacted>@proxy.example:3128" in out.getvalue()
+
+
+# -- Socket Mode reconnects with bounded, jittered backoff ----------------------------------
+
+
+def test_reconnect_delays_are_bounded_jittered_and_never_a_tight_loop():
+    import random
+
+    from bot._slack_socket import reconnect_delay_s
+
+    rng = random.Random(7)
+    for attempt in range(1, 40):
+        ceiling = min(60.0, 2.0 ** (attempt - 1))
+        delays = [reconnect_delay_s(attempt, rng=rng) for _ in range(50)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and min(delays) >= 0.5
+        assert len(set(delays)) == 50  # jittered: no two bots (or attempts) in lockstep
+    assert reconnect_delay_s(10**6, rng=rng) <= 60.0
+
+
+async def test_socket_mode_reconnects_with_backoff_and_one_line_per_attempt(emulator, caplog):
+    import logging
+
+    from slack_bolt.app.async_app import AsyncApp
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bot._slack_socket import SocketHandler
+
+    app = AsyncApp(client=AsyncWebClient(token="xoxb-test", base_url=emulator.api_url),
+                   request_verification_enabled=False)
+
+    @app.command("/specperf")
+    async def _ack(ack):
+        await ack(text="pong")
+
+    handler = SocketHandler(app, "xapp-test", base_s=0.2, cap_s=0.4)
+    caplog.set_level(logging.INFO, logger="specperf.bot")
+    try:
+        await handler.client.connect(max_attempts=3)
+        assert (await emulator.send_envelope({"command": "/specperf", "text": "ping", "user_id": "U1",
+                                              "channel_id": "C1", "team_id": "T1"}))["payload"]["text"] == "pong"
+        opened = len(emulator.recorded("apps.connections.open", ok_only=False))
+        emulator.script("apps.connections.open", "invalid_auth", "invalid_auth", "invalid_auth")
+        emulator._ws_connected.clear()
+        await emulator._ws.close()  # Slack drops the link; the next three URLs are refused, the fourth served
+        await asyncio.wait_for(emulator._ws_connected.wait(), 10)
+        ack = await emulator.send_envelope({"command": "/specperf", "text": "ping again", "user_id": "U1",
+                                            "channel_id": "C1", "team_id": "T1"})
+        assert ack["payload"]["text"] == "pong"
+    finally:
+        await handler.close_async()
+    calls = emulator.recorded("apps.connections.open", ok_only=False)[opened:]
+    assert len(calls) == 4
+    gaps = [b.at - a.at for a, b in zip(calls, calls[1:])]
+    assert 0.1 <= gaps[0] <= 0.5 and all(0.2 <= g <= 0.6 for g in gaps[1:]), gaps  # backoff, capped, never 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "specperf.bot"]
+    failed = [line for line in lines if "connection attempt" in line]
+    assert lines.count("Socket Mode: connection lost; reconnecting") == 1, lines
+    assert [line.split(" failed: ")[1].split(";")[0] for line in failed] == ["Slack refused the app token (invalid_auth)"] * 3
+    assert all("fix [slack].app_token; next attempt in 0." in line for line in failed), failed
+    assert "Socket Mode: connected after 4 attempts" in lines
