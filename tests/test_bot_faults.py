@@ -207,3 +207,52 @@ async def test_socket_mode_reconnects_with_backoff_and_one_line_per_attempt(emul
     assert [line.split(" failed: ")[1].split(";")[0] for line in failed] == ["Slack refused the app token (invalid_auth)"] * 3
     assert all("fix [slack].app_token; next attempt in 0." in line for line in failed), failed
     assert "Socket Mode: connected after 4 attempts" in lines
+
+
+# -- a locked SQLite database never blocks the bot's event loop -------------------------------
+
+
+async def test_reconciling_under_a_locked_sqlite_database_never_blocks_the_event_loop(tmp_path):
+    import socket
+    import sqlite3
+    import subprocess
+    import time
+
+    from sqlmodel import Session
+
+    import storage
+    from bot._runs import reconcile_runs
+
+    path = tmp_path / "bot.db"
+    db = storage.open_database(f"sqlite:///{path}")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that has just ended: its run was left running by a killed specperf
+    with Session(db) as session:
+        run = storage.Run(engine_name="e", workload_name="default", base_ref="a", base_sha="a", head_ref="b",
+                          head_sha="b", modes=["baseline"], settings={"owner": {"pid": gone.pid,
+                                                                                "host": socket.gethostname()}})
+        session.add(run)
+        session.commit()
+        run_id = run.id
+    locker = sqlite3.connect(path, isolation_level=None)  # another writer holds the database for 1.5 s
+    locker.execute("BEGIN EXCLUSIVE")
+    loop = asyncio.get_running_loop()
+    loop.call_later(1.5, locker.execute, "ROLLBACK")
+    gaps, stop = [], False
+
+    async def ticker():
+        last = time.monotonic()
+        while not stop:
+            await asyncio.sleep(0.02)
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+
+    ticking = asyncio.create_task(ticker())
+    started = time.monotonic()
+    closed = await reconcile_runs(db, parse_config(""))
+    stop = True
+    await ticking
+    locker.close()
+    assert [run_id] == [r for r, _ in closed] and time.monotonic() - started >= 1.4  # it waited for the lock...
+    assert max(gaps) < 0.3, max(gaps)  # ...in a thread: the loop kept turning (acks, heartbeats, other hosts)
+    assert storage.load_run(db, run_id).run.status == "interrupted"
