@@ -256,3 +256,126 @@ async def test_reconciling_under_a_locked_sqlite_database_never_blocks_the_event
     assert [run_id] == [r for r, _ in closed] and time.monotonic() - started >= 1.4  # it waited for the lock...
     assert max(gaps) < 0.3, max(gaps)  # ...in a thread: the loop kept turning (acks, heartbeats, other hosts)
     assert storage.load_run(db, run_id).run.status == "interrupted"
+
+
+# -- an outage longer than the lease never runs a job twice -----------------------------------
+
+LOCKER = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("ROLLBACK")
+"""
+
+
+def _lock(path, seconds: float):
+    """Another process holding the SQLite database at ``path`` for ``seconds`` (started, locked)."""
+    import subprocess
+    import sys
+
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    return locker
+
+
+def test_a_job_taken_over_is_never_closed_or_requeued_by_its_old_owner(tmp_path):
+    import datetime as dt
+
+    import storage
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/q.db")
+    job = storage.enqueue(db, storage.Job(host="local", engine_name="e", workload_name="w", user_id="U", channel_id="C"))
+    old = storage.claim_next(db, "local")  # bot A's claim; A then loses the database for longer than its lease
+    assert storage.requeue_or_fail(db, job.id, True, "A's lease ran out", old.started_at) == "queued"  # bot B's reclaim
+    new = storage.claim_next(db, "local")  # ...and B runs it
+    assert new.id == job.id and new.started_at != old.started_at
+    # A, back, tries to close or re-queue its old claim: nothing happens, B's run goes on
+    assert storage.requeue(db, job.id, "A: lease lost", old.started_at) is False
+    assert storage.requeue_or_fail(db, job.id, True, "A: database lost", old.started_at) is None
+    assert storage.requeue_or_fail(db, job.id, True, "a second reclaimer, late", old.started_at) is None
+    now = storage.get_job(db, job.id)
+    assert (now.status, now.attempts, now.started_at) == ("running", 1, new.started_at)
+    assert storage.requeue(db, job.id, "B stops cleanly", new.started_at) is True  # the current claim still acts
+    assert storage.requeue(db, job.id, "no claim given: as before", None) is True
+    assert storage.get_job(db, job.id).status == "queued" and isinstance(new.started_at, dt.datetime)
+
+
+async def test_the_lease_left_falls_while_the_database_is_locked_and_recovers(tmp_path):
+    import time
+
+    import storage
+
+    path = tmp_path / "bot.db"
+    heartbeat = storage.Heartbeat(storage.open_database(f"sqlite:///{path}"), lease_s=1.5).start()
+    try:
+        assert 1.0 < heartbeat.lease_left_s() <= 1.5
+        locker = await asyncio.to_thread(_lock, path, 2.5)
+        lowest = min([heartbeat.lease_left_s() for _ in range(22) if not time.sleep(0.1)])
+        await asyncio.to_thread(locker.wait, 10)
+        await asyncio.sleep(1.0)  # the blocked renewal goes through, then the next beat
+        assert lowest < 0 and heartbeat.lease_left_s() > 0.5, (lowest, heartbeat.lease_left_s())
+    finally:
+        heartbeat.stop()
+
+
+@pytest.mark.e2e
+async def test_a_bot_that_cannot_renew_its_lease_stops_its_job_before_the_lease_runs_out(tmp_path, emulator,
+                                                                                       unused_tcp_port):
+    import os
+    import signal
+    import time
+
+    from sqlmodel import Session, select
+
+    import storage
+    from tests.bot_support import form, post_command, start_bot, wait_for, write_config
+    from tests.conftest import group_members
+    from tests.fake_engine_repo import make_repo
+
+    lease_s = 3.0
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    path = tmp_path / "bot.db"
+    url = f"sqlite:///{path}"
+    config = write_config(tmp_path, repo, unused_tcp_port, emulator.api_url, lease_s=lease_s,
+                          workload="output_len = 2000\nrequests = 50\nwarmup_requests = 0\n")
+    db = storage.open_database(url)
+
+    def launched():
+        with Session(db) as session:
+            return [t for t in session.exec(select(storage.Trial).order_by(storage.Trial.id)) if t.pgid]
+
+    log = open(tmp_path / "bot.log", "w")
+    proc, port = await start_bot(config, url, tmp_path / "home", log)
+    try:
+        await post_command(port, form("compare slow --modes baseline", trigger="f1", response_url=emulator.response_url()))
+        first = (await wait_for(launched, 60, what="the first launch"))[0]
+        await asyncio.sleep(0.5)
+        locked_at = time.monotonic()  # the database is away for twice the lease; the last renewal began before this
+        locker = await asyncio.to_thread(_lock, path, 2 * lease_s)
+        await wait_for(lambda: group_members(first.pgid) == [], 2 * lease_s, interval=0.05, what="the engine stopped")
+        stopped_after = time.monotonic() - locked_at
+        assert stopped_after < lease_s, stopped_after  # before any other bot could count it as dead
+        await asyncio.to_thread(locker.wait, 30)
+        # back: the run is marked, the job queued again without spending its crash re-queue (and taken again)
+        job = await wait_for(lambda: (j := storage.get_job(db, 1)).reason and "renew its lease" in j.reason and j, 30,
+                             what="job 1 queued again")
+        assert job.attempts == 0 and job.status in ("queued", "running") and job.run_id != first.run_id
+        assert storage.load_run(db, first.run_id).run.status == "interrupted"
+
+        def thread():
+            return [p.body["text"] for p in emulator.recorded("chat.postMessage")
+                    if p.body.get("thread_ts") == job.slack["thread_ts"]]
+        await wait_for(lambda: any("could not renew its lease" in t and "queued again" in t for t in thread()), 30,
+                       what="the note in the job's thread")
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 60)
+        log.close()
+    logged = (tmp_path / "bot.log").read_text()
+    assert "job 1: stopping it: this bot's lease was last renewed 2 s ago (the lease is 3 s)" in logged
+    assert "job 1: queued again" in logged and "Traceback" not in logged
+    assert all(group_members(t.pgid) == [] for t in launched())
