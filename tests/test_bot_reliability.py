@@ -167,9 +167,10 @@ async def test_commands_acknowledged_before_a_kill_are_all_carried_out_after_res
 
 async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_path, emulator, unused_tcp_port,
                                                                            postgres_server):
-    # launches of a few seconds each: the run's bookkeeping meets the outage
+    # launches of a few seconds each: the run's bookkeeping meets the outage; the default lease (60 s)
+    # outlasts it (an outage longer than the lease: tests/test_bot_faults.py)
     config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, url=postgres_server.url, workload=SHORT,
-                                        trials=6, lease_s=LEASE_S)
+                                        trials=6)
     proc, port = await start_bot(config, url, home, log)
     try:
         await post_command(port, form("compare slow --modes baseline", trigger="p1", response_url=emulator.response_url()))
