@@ -14,6 +14,7 @@ import pytest
 import core
 from bot._common import open_host
 from bot._settings import parse_config
+from tests.bot_support import hold_sqlite
 
 # -- item 11: an SSH host key that cannot be checked ------------------------------------------
 
@@ -260,26 +261,6 @@ async def test_reconciling_under_a_locked_sqlite_database_never_blocks_the_event
 
 # -- an outage longer than the lease never runs a job twice -----------------------------------
 
-LOCKER = """
-import sqlite3, sys, time
-connection = sqlite3.connect(sys.argv[1], isolation_level=None)
-connection.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-connection.execute("ROLLBACK")
-"""
-
-
-def _lock(path, seconds: float):
-    """Another process holding the SQLite database at ``path`` for ``seconds`` (started, locked)."""
-    import subprocess
-    import sys
-
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
-    assert locker.stdout.readline().strip() == "locked"
-    return locker
-
-
 def test_a_job_taken_over_is_never_closed_or_requeued_by_its_old_owner(tmp_path):
     import datetime as dt
 
@@ -311,7 +292,7 @@ async def test_the_lease_left_falls_while_the_database_is_locked_and_recovers(tm
     heartbeat = storage.Heartbeat(storage.open_database(f"sqlite:///{path}"), lease_s=1.5).start()
     try:
         assert 1.0 < heartbeat.lease_left_s() <= 1.5
-        locker = await asyncio.to_thread(_lock, path, 2.5)
+        locker = await asyncio.to_thread(hold_sqlite, path, 2.5)
         lowest = min([heartbeat.lease_left_s() for _ in range(22) if not time.sleep(0.1)])
         await asyncio.to_thread(locker.wait, 10)
         await asyncio.sleep(1.0)  # the blocked renewal goes through, then the next beat
@@ -354,7 +335,7 @@ async def test_a_bot_that_cannot_renew_its_lease_stops_its_job_before_the_lease_
         first = (await wait_for(launched, 60, what="the first launch"))[0]
         await asyncio.sleep(0.5)
         locked_at = time.monotonic()  # the database is away for twice the lease; the last renewal began before this
-        locker = await asyncio.to_thread(_lock, path, 2 * lease_s)
+        locker = await asyncio.to_thread(hold_sqlite, path, 2 * lease_s)
         await wait_for(lambda: group_members(first.pgid) == [], 2 * lease_s, interval=0.05, what="the engine stopped")
         stopped_after = time.monotonic() - locked_at
         assert stopped_after < lease_s, stopped_after  # before any other bot could count it as dead

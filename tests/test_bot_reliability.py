@@ -14,7 +14,7 @@ import pytest
 from sqlmodel import Session, select
 
 import storage
-from tests.bot_support import form, post_command, start_bot, wait_for, write_config
+from tests.bot_support import LOCKER, form, post_command, start_bot, wait_for, write_config
 from tests.conftest import group_members
 from tests.fake_engine_repo import make_repo
 
@@ -235,16 +235,6 @@ async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_cr
               if p.body.get("thread_ts") == job.slack["thread_ts"]]
     assert len([t for t in thread if "stopped cleanly" in t and "queued again" in t]) == 2, thread
     assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
-
-
-LOCKER = """
-import sqlite3, sys, time
-connection = sqlite3.connect(sys.argv[1], isolation_level=None)
-connection.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-connection.execute("ROLLBACK")
-"""
 
 
 async def test_a_database_locked_mid_compare_is_one_line_exit_2_and_the_run_marked(tmp_path, emulator,
