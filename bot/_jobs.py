@@ -144,6 +144,7 @@ class JobQueue:
         self._running: dict[int, asyncio.Task] = {}
         self._cancelled: dict[int, str] = {}
         self._fenced: dict[int, str] = {}  # jobs stopped because this process's lease may run out
+        self._stopping = False
 
     async def start(self) -> list[tuple[storage.Job, str, str]]:
         """Take this process's lease, reconcile what a dead bot left, then start the workers and
@@ -312,6 +313,7 @@ class JobQueue:
     async def stop(self) -> None:
         """Stop the workers; a running compare is cancelled (its engine stopped, the job queued
         again); then this process's lease is released."""
+        self._stopping = True  # a worker whose job swallowed the cancel must still end, not take the next job
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -322,10 +324,11 @@ class JobQueue:
 
     async def _worker(self, host: str) -> None:
         wake = self._wake[host]
-        while True:
+        while not self._stopping:
             await wake.wait()
             wake.clear()
-            while await self._lease_held() and (job := await self.retrying(storage.claim_next, self.db, host)):
+            while (not self._stopping and await self._lease_held()
+                   and (job := await self.retrying(storage.claim_next, self.db, host))):
                 task = asyncio.create_task(self._run(job), name=f"job-{job.id}")
                 self._running[job.id] = task
                 try:
