@@ -114,7 +114,12 @@ async def _soak(args, tmp: Path, emulator: SlackEmulator) -> dict:
     for c in commands:
         if c.result.startswith("queued job"):
             job = jobs[c.job_id]
-            answered["failed (with a reason)" if job.status == "failed" and job.reason else job.status] += 1
+            if job.status == "failed" and job.reason:
+                why = ("its bot died twice while it ran (the one crash re-queue spent)" if "not re-queued" in job.reason
+                       else job.reason.split(":")[0][:60])
+                answered[f"failed: {why}"] += 1
+            else:
+                answered[job.status] += 1
         else:
             answered["refused: " + c.result.split(":", 1)[0]] += 1
     left = [t.pgid for t in trials if t.pgid and group_members(t.pgid)]
