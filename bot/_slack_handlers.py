@@ -212,8 +212,11 @@ class SlackCommands:
         host = job.host
         async with self._io_slots:
             queued = await self.queue.submit(job, wake=False)
-        if queued is None:
-            return None, "redelivery: already queued", None
+        if queued is None:  # its job exists: a redelivery, or a command resumed after its bot died past the queueing
+            existing = await self._io(storage.job_by_key, self.db, job.dedupe_key) if job.dedupe_key else None
+            if existing is None:
+                return None, "redelivery: already queued", None
+            return None, f"queued job {existing.id} (already queued: a redelivery or a resumed command)", existing.id
         ready = self.notifier.parent_ready[queued.id] = asyncio.Event()
         try:
             ahead = sum(1 for j in await self._io(storage.list_jobs, self.db, host=host) if j.id < queued.id)

@@ -53,6 +53,12 @@ def claim_next(db: Engine, host: str) -> Job | None:
                 return session.get(Job, job_id, populate_existing=True)
 
 
+def job_by_key(db: Engine, dedupe_key: str) -> Job | None:
+    """The job queued under ``dedupe_key`` (a Slack team and trigger id), or ``None``."""
+    with Session(db, expire_on_commit=False) as session:
+        return session.exec(select(Job).where(Job.dedupe_key == dedupe_key)).first()
+
+
 def get_job(db: Engine, job_id: int) -> Job | None:
     """The job ``job_id`` or ``None``."""
     with Session(db, expire_on_commit=False) as session:

@@ -360,3 +360,16 @@ async def test_a_bot_that_cannot_renew_its_lease_stops_its_job_before_the_lease_
     assert "job 1: stopping it: this bot's lease was last renewed 2 s ago (the lease is 3 s)" in logged
     assert "job 1: queued again" in logged and "Traceback" not in logged
     assert all(group_members(t.pgid) == [] for t in launched())
+
+
+def test_a_command_resumed_after_its_job_was_queued_finds_that_job(tmp_path):
+    import storage
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/q.db")
+
+    def job():
+        return storage.Job(host="local", engine_name="e", workload_name="w", user_id="U", channel_id="C",
+                           dedupe_key="T1:trigger-7")
+    first = storage.enqueue(db, job())  # the bot queued it, then died before answering the command
+    assert storage.enqueue(db, job()) is None  # the next bot carries the command out again: no second job
+    assert storage.job_by_key(db, "T1:trigger-7").id == first.id and storage.job_by_key(db, "T1:other") is None
