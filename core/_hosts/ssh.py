@@ -184,7 +184,8 @@ class SshHost(Host):
                 self._conn = await asyncssh.connect(self.address, **options)
             except asyncssh.HostKeyNotVerifiable as exc:
                 if not _knows(known_hosts, self.address, cfg.port):
-                    raise HostError(f"{self._known_hosts_key()}: {known_hosts} has no key for {self.address}:{cfg.port}; "
+                    raise HostError(f"{self._known_hosts_key()}: {known_hosts} has no key for {self.address}:{cfg.port} "
+                                    f"(host {self.name}); "
                                     f"{self._add_key(known_hosts)}; specperf never skips the check") from None
                 entry = self.address if cfg.port == 22 else f"[{self.address}]:{cfg.port}"
                 raise HostError(
