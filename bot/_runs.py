@@ -3,6 +3,8 @@ running (stopping their recorded engine groups), and a stored run's report."""
 
 from __future__ import annotations
 
+import asyncio
+
 import core
 import storage
 from bot import _slurm as slurm
@@ -19,7 +21,8 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
     Returns ``[(run id, reason), ...]`` for each run closed.
     """
     closed = await slurm.settle(db, config)
-    for run, trials in storage.abandoned_runs(db, owner_alive(db)):
+    # the database work runs in threads: a locked or unreachable database never blocks the loop
+    for run, trials in await asyncio.to_thread(storage.abandoned_runs, db, owner_alive(db)):
         stopped, unreachable = [], None
         recorded = [t for t in trials if t.pgid and t.log_path]
         if recorded and run.host in config.hosts:
@@ -34,7 +37,7 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
             reason += f"; its engine process group {', '.join(map(str, stopped))} was still running and was stopped"
         if unreachable:
             reason += f"; its engines could not be checked: {unreachable}"
-        storage.mark_abandoned(db, run.id, reason)
+        await asyncio.to_thread(storage.mark_abandoned, db, run.id, reason)
         closed.append((run.id, reason))
     return closed
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 from sqlalchemy.exc import SQLAlchemyError
 
 import core
@@ -26,6 +25,7 @@ from bot import _app as app
 from bot import _slurm as slurm
 from bot._common import fmt, owner_alive, pick
 from bot._jobs import JobQueue, compare_request
+from bot._slack_client import reply_via
 from bot._slack_commands import HELP, MAX_COMMAND_CHARS, Command, UsageError, parse
 from bot._slack_notifier import SlackNotifier, queued_by
 
@@ -145,11 +145,8 @@ class SlackCommands:
             log.exception("command %d failed", command_id)
             reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}"[:500], None
         await self.queue.retrying(storage.answer_command, self.db, command_id, result, job_id)
-        if reply and payload.get("response_url"):
-            try:
-                await AsyncWebhookClient(payload["response_url"]).send(response_type="ephemeral", text=reply)
-            except Exception as exc:  # the ack went out; a lost ephemeral line is logged
-                log.warning("ephemeral reply failed: %s", exc)
+        if reply and payload.get("response_url"):  # the ack went out; a lost ephemeral line is logged
+            await reply_via(payload["response_url"], response_type="ephemeral", text=reply)
 
     async def resume(self) -> int:
         """Carry out the received commands whose bot died before answering them (each taken by
@@ -216,8 +213,11 @@ class SlackCommands:
         host = job.host
         async with self._io_slots:
             queued = await self.queue.submit(job, wake=False)
-        if queued is None:
-            return None, "redelivery: already queued", None
+        if queued is None:  # its job exists: a redelivery, or a command resumed after its bot died past the queueing
+            existing = await self._io(storage.job_by_key, self.db, job.dedupe_key) if job.dedupe_key else None
+            if existing is None:
+                return None, "redelivery: already queued", None
+            return None, f"queued job {existing.id} (already queued: a redelivery or a resumed command)", existing.id
         ready = self.notifier.parent_ready[queued.id] = asyncio.Event()
         try:
             ahead = sum(1 for j in await self._io(storage.list_jobs, self.db, host=host) if j.id < queued.id)
@@ -226,8 +226,8 @@ class SlackCommands:
             if sent is not None:
                 await self._io(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})
             else:
-                await AsyncWebhookClient(body["response_url"]).send(
-                    response_type="in_channel", text=text + " (invite the bot to this channel for threaded progress)")
+                await reply_via(body["response_url"], response_type="in_channel",
+                                text=text + " (invite the bot to this channel for threaded progress)")
         finally:
             ready.set()
             self.queue.wake(host)

@@ -228,6 +228,9 @@ from core._probe import (
 from core._probe import (
     probe_script_text as probe_script_text,
 )
+from core._redact import REDACTED as REDACTED
+from core._redact import redact as redact
+from core._redact import secret_name as secret_name
 from core._report import CompareReport
 from core._report import launch_rows as launch_rows
 from core._report import render_chart as render_chart

@@ -15,6 +15,7 @@ from typing import Literal, TypeVar
 
 from pydantic import (
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -23,6 +24,7 @@ from pydantic import (
 from core._config_base import ConfigSection as _Strict
 from core._config_base import expand_vars as _expand
 from core._errors import ConfigError
+from core._redact import REDACTED, redact, secret_name
 from core._triage_rules import TriageConfig
 
 
@@ -326,6 +328,13 @@ class Config(_Strict):
     slack: dict = Field(default_factory=dict)
     schedule: dict = Field(default_factory=dict)
     watches: list[dict] = Field(default_factory=list)
+    _source: str = PrivateAttr(default="the config file")
+
+    @property
+    def source(self) -> str:
+        """Where this configuration was read from (the file name given to :func:`parse_config`),
+        for messages that name a key to change."""
+        return self._source
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -360,12 +369,16 @@ def _pick(table: dict, name: str, what: str):
 
 
 def _describe(error: dict, source: str) -> str:
+    """One line for one validation error: the file, the dotted key, what was expected and what
+    was given, with secrets redacted (:func:`core._redact.redact`; the whole value under a
+    secret-looking key)."""
     loc = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         return f"{source}: unknown key {loc!r}; check its spelling against the documented keys"
     where = f"{source}: {loc}" if loc else source
-    message = error["msg"].removeprefix("Value error, ")
-    return f"{where}: {message} (got {error.get('input')!r})" if loc else f"{where}: {message}"
+    message = redact(error["msg"].removeprefix("Value error, "))
+    given = REDACTED if any(secret_name(str(part)) for part in error["loc"]) else redact(error.get("input"))
+    return f"{where}: {message} (got {given!r})" if loc else f"{where}: {message}"
 
 
 def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -> C:  # type: ignore[assignment]
@@ -386,10 +399,12 @@ def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as exc:
         lines = [_describe(err, source) for err in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
+    config._source = source
+    return config
 
 
 def load_config(path: str | Path, model: type[C] = Config) -> C:  # type: ignore[assignment]

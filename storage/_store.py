@@ -24,10 +24,10 @@ from core import (
     CompareResult,
     TrialResult,
     Verdict,
+    redact,
 )
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 from storage._owners import identity, keep_alive
-from storage._redact import redact
 
 
 class RunStore(CompareObserver):

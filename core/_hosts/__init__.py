@@ -26,14 +26,20 @@ __all__ = ["CommandResult", "EngineHandle", "Host", "LocalHost", "SlurmHost", "S
            "open_host"]
 
 
-def open_host(name: str, config: HostConfig, local_workdir: Path) -> Host:
+def open_host(name: str, config: HostConfig, local_workdir: Path, source: str = "the config file") -> Host:
     """The :class:`Host` for ``[hosts.<name>]``: by its ``kind``, Slurm, SSH or local.
 
     ``local_workdir`` (the data directory) is the local host's default work directory; an
-    SSH host's default is ``/var/tmp/specperf``. Nothing connects until first use.
+    SSH host's default is ``/var/tmp/specperf``. ``source``: the config file the host was
+    read from (:attr:`Config.source`), named by errors that ask for a key to be changed.
+    Nothing connects until first use.
     """
+    host: Host
     if config.kind == "slurm":
-        return SlurmHost(name, config, config.workdir or "")
-    if config.ssh:
-        return SshHost(name, config, config.workdir or "/var/tmp/specperf")
-    return LocalHost(name, config, config.workdir or str(local_workdir))
+        host = SlurmHost(name, config, config.workdir or "")
+    elif config.ssh:
+        host = SshHost(name, config, config.workdir or "/var/tmp/specperf")
+    else:
+        host = LocalHost(name, config, config.workdir or str(local_workdir))
+    host.source = source
+    return host

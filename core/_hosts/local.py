@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from core import _host_agent
@@ -79,7 +80,7 @@ class LocalHost(Host):
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
-            with suppress(ProcessLookupError):  # it may have exited as the cancel came
+            with contextlib.suppress(ProcessLookupError):  # it may have ended already: the cancel still stands
                 proc.terminate()  # the helper stops the command's group
             await proc.wait()
             raise
