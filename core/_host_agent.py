@@ -266,8 +266,10 @@ def run_tied(timeout_s, argv):
     watch = select.poll()
     for fd in (1, 2):
         watch.register(fd, select.POLLERR | select.POLLHUP)
+    wait_ms = 1  # a short command (git rev-parse) is answered in milliseconds, a long one checked every 200 ms
     while proc.poll() is None:
-        gone = bool(told) or any(event & (select.POLLERR | select.POLLHUP) for _, event in watch.poll(200))
+        gone = bool(told) or any(event & (select.POLLERR | select.POLLHUP) for _, event in watch.poll(wait_ms))
+        wait_ms = min(2 * wait_ms, 200)
         late = time.monotonic() > deadline
         if gone or late:
             stop_group(proc.pid, 2.0, lambda: proc.poll() is None or group_exists(proc.pid))
