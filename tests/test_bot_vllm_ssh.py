@@ -5,7 +5,8 @@ run by the host's worker on the vLLM CPU test engine through the OpenSSH server 
 and a threaded verdict whose numbers are the stored run's, with the chart uploaded.
 
 Slow: eight launches of vLLM (about 5 minutes). This is also the SSH issue's real compare
-end to end: the draft that is never accepted must show as a regression of acceptance length.
+end to end: the draft that is never accepted must show as a regression of acceptance length;
+and the suite's quiet compare: no launch judged disturbed.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import core
 import storage
 from bot import load_config
 from bot import parse_config as parse_bot_config
+from bot._runs import stored_report
 from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for
 from tests.slack_emulator import SIGNING_SECRET
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 
 async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, sshd, emulator, tmp_path,
@@ -61,3 +63,7 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     assert all(t.output_tokens == 16 * 128 for t in stored.trials)
     assert stored.run.settings["client"] == "here, through an SSH tunnel"
     assert any(s.phase == "arm-head" and s.data["system"]["hostname"] for s in stored.snapshots)
+    # a quiet compare: the window monitor ran on the host in every launch and judged none disturbed
+    report, _ = stored_report(stored)
+    assert len(report["launches"]) == len(stored.trials) and not any(r["disturbed"] for r in report["launches"])
+    assert report["headline"] is None, report["headline"]

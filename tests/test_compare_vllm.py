@@ -4,10 +4,10 @@ broken-draft branch (acceptance collapses) runs through the Slack bot and an SSH
 tests/test_bot_vllm_ssh.py.
 
 Slow: every launch of vLLM takes about half a minute. The launches are shared: the
-``slow-spec`` compare (16 launches, tests/conftest.py) is measured once per session and
-asserted on here and in tests/test_vllm_engine.py; ``slow-step`` runs in baseline mode only,
-with a CPU hog during some launches, in tests/test_disturbance_vllm.py (the EAGLE-3 path of a
-step-time regression is the slow-spec compare's).
+``slow-spec`` compare (20 launches, tests/conftest.py) is measured once per session and
+asserted on here, in tests/test_disturbance_vllm.py (the CPU hog during two of its launches)
+and in tests/test_vllm_engine.py. Its eagle3 mode is the suite's real-engine proof of a
+step-time REGRESSION; its baseline mode, where slow-spec changes nothing, is an A/A compare.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import core
 from tests.conftest import group_members, vllm_compare
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 
 
 def no_engine_left(stored) -> bool:
@@ -25,7 +25,7 @@ def no_engine_left(stored) -> bool:
 
 
 def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_compare):
-    result, stored = slow_spec_compare
+    result, stored = slow_spec_compare.result, slow_spec_compare.stored
     assert result.status == "done", result.reason
     assert result.imported["head"]["from_worktree"]
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
@@ -39,7 +39,7 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
 
 
 def test_launches_go_abba_per_mode_on_one_port(slow_spec_compare):
-    _, stored = slow_spec_compare
+    stored = slow_spec_compare.stored
     for mode in ("baseline", "eagle3"):
         roles = [stored.arms[t.arm_id].role for t in stored.trials if stored.arms[t.arm_id].mode == mode]
         assert len(roles) % 4 == 0 and roles[:4] == ["base", "head", "head", "base"], (mode, roles)
@@ -55,10 +55,3 @@ def test_commit_that_fails_to_start_is_a_failed_run(testenv, tmp_path):
     # way the reason and the log tail say why
     assert "breaks engine start-up" in (result.log_tail or "") + result.reason
     assert stored.verdicts == []
-
-
-def test_a_quiet_compare_marks_no_trial_disturbed(slow_spec_compare):
-    # both modes, every trial: a window from the monitor, and none judged disturbed
-    result, stored = slow_spec_compare
-    assert len(result.windows) == len(stored.trials) and all("cpu" in w for w in result.windows.values())
-    assert {seq: d.reasons for seq, d in result.disturbed.items()} == {}

@@ -23,14 +23,18 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture
 def engine(testenv):
-    return default_config(testenv).engine("tiny-vllm").model_copy(update={"port": free_port()})
+    """The test engine as vLLM runs by default: the engine core in a process of its own (the
+    embedded config keeps it in the API server's process to launch faster)."""
+    default = default_config(testenv).engine("tiny-vllm")
+    return default.model_copy(update={"port": free_port(),
+                                      "env": {**default.env, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})
 
 
 @pytest.mark.parametrize(("mode", "expected_acceptance"), [("eagle3", 4.0), ("baseline", None)])
 def test_every_trial_reports_throughput_and_window_acceptance(testenv, slow_spec_compare, mode, expected_acceptance):
     """On the session's slow-spec compare (tests/conftest.py): both arms of each mode. The
     never-accepted draft (acceptance 1) is asserted on in tests/test_bot_vllm_ssh.py."""
-    result, stored = slow_spec_compare
+    result = slow_spec_compare.result
     workload = default_config(testenv).workload("default")
     trials = result.trials[mode]["base"] + result.trials[mode]["head"]
     assert len(trials) >= 8
