@@ -26,8 +26,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+from pathlib import Path
 
-from core.testing import ExactRateServer
+
+def _exact_rate_server_class() -> type:
+    """:class:`core.testing.ExactRateServer`, from ``core/_fake_engine.py`` loaded on its own:
+    that module needs only the standard library, while importing it through ``core`` would
+    first run ``core/__init__.py`` (SciPy, ruptures, SQLModel: about 1.5 s of CPU), paid at
+    every start of this server and of the fake engine that wraps it."""
+    spec = importlib.util.spec_from_file_location(
+        "specperf_exact_rate_server", Path(__file__).resolve().parent.parent / "core" / "_fake_engine.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ExactRateServer
+
+
+ExactRateServer = _exact_rate_server_class()
 
 
 def truth_output_tok_s(records: list[dict]) -> float:
