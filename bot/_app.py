@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 import core
 import storage
+from bot import _slurm as slurm
 from bot._common import pick
 from bot._runs import reconcile_runs
 
@@ -242,6 +243,32 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
         return run_id, await core.compare(request, CompareObservers(store, observer), shas=shas)
 
 
+async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str],
+                           session: Session, observer: core.CompareObserver | None = None,
+                           on_run: Callable[[int], Awaitable[None] | None] | None = None,
+                           extra: dict | None = None) -> int:
+    """Run ``request`` on a Slurm host (:mod:`bot._slurm`): reconcile, submit it as one Slurm job
+    (Slurm queues it; no host lock), ``on_run(run_id)`` as in :func:`compare`, and follow the
+    job to its end with ``observer`` hearing its progress. Cancelled (Ctrl-C), it cancels the
+    job. Returns the run id; the run as stored says how it ended.
+
+    Raises:
+        core.HostError: sbatch refused the job.
+    """
+    await _reconcile(db, config, session)
+    run_id, job_id = await slurm.submit(db, request, shas, extra)
+    host = request.host
+    assert isinstance(host, core.SlurmHost)
+    try:
+        if on_run is not None and (pending := on_run(run_id)) is not None:
+            await pending
+        await slurm.follow(db, host, run_id, observer)
+    except asyncio.CancelledError:  # scancel ours, and see the run marked once Slurm has ended it
+        await asyncio.shield(slurm.cancel_and_settle(db, host, run_id, job_id))
+        raise
+    return run_id
+
+
 class _Started(core.BisectObserver):
     """Sets ``event`` once the bisect's range is resolved (its run recorded)."""
 
@@ -263,7 +290,11 @@ async def bisect(config: core.Config, db, request: core.BisectRequest, session: 
 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
+        core.ConfigError: the host is a Slurm host (bisect there is not supported yet).
     """
+    if isinstance(request.host, core.SlurmHost):
+        raise core.ConfigError(f"bisect on the Slurm host {request.host.name} is not supported yet; bisect on a "
+                               "local or SSH host, or compare single commits on the Slurm host")
     async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         store, started = storage.BisectStore(db, request), _Started()

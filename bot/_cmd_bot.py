@@ -39,14 +39,16 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         storage.StorageError: the database cannot be opened.
     """
     from bot._slack_app import SlackBot  # slack-bolt is only imported by the bot
-    from bot._slack_client import check_config
+    from bot._slack_client import RedactingFormatter, check_config
 
     config = load_config(args.config)
     overrides = {k: v for k, v in (("mode", args.mode), ("http_port", args.port)) if v is not None}
     if overrides:
         config = config.model_copy(update={"slack": config.slack.model_copy(update=overrides)})
     check_config(config.slack)  # before the database is opened or made
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # every line redacted: no exception text leaks a secret
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     for noisy in ("slack_bolt", "slack_sdk", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     bot = SlackBot(config, database(config, args.db))

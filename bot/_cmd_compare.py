@@ -164,13 +164,23 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
             request.settings = _planned(request.settings, plans, console, calibrated)
         recorded: dict[str, int] = {}
 
+        on_slurm = isinstance(host, core.SlurmHost)
+
         def started(run_id: int) -> None:
             recorded["run_id"] = run_id
+            client = "on the Slurm node" if on_slurm else "here" + ("" if host.is_local else ", through an SSH tunnel")
             console.print(f"run {run_id}: {choice.engine_name}, {args.commit} ({head_sha[:12]}) against "
                           f"{base_sha[:12]}, modes {', '.join(request.modes)}, host {choice.host_name} ({host.where}; "
-                          "the benchmark client runs here" + ("" if host.is_local else ", through an SSH tunnel") + ")",
-                          markup=False, highlight=False)
+                          f"the benchmark client runs {client})", markup=False, highlight=False)
 
+        if on_slurm:  # one Slurm job runs the whole compare on a node; its report is the stored run's
+            run_id = await app.compare_on_slurm(config, db, request, (base_sha, head_sha),
+                                                cli_session(args, console, f"compare {head_sha[:12]}"),
+                                                ConsoleProgress(console), on_run=started,
+                                                extra={"calibration": goal} if goal else None)
+            stored = storage.load_run(db, run_id)
+            assert stored is not None  # recorded by app.compare_on_slurm
+            return _print_stored(console, args, stored)
         try:
             run_id, result = await app.compare(config, db, request, (base_sha, head_sha),
                                                cli_session(args, console, f"compare {head_sha[:12]}"),
@@ -255,6 +265,13 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     stored = storage.load_run(database(config, args.db), args.run_id)
     if stored is None:
         raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
+    _print_stored(console, args, stored)
+    return 0
+
+
+def _print_stored(console: Console, args: argparse.Namespace, stored: storage.StoredRun) -> int:
+    """Print a stored run's report (as ``specperf show``); the exit status ``specperf compare``
+    gives such a run: 0 with verdicts (or still running), 3 failed or interrupted, 5 refused."""
     run = stored.run
     if run.kind == "bisect":
         console.print(f"run {run.id} ({run.status}): bisect of {run.engine_name} from {run.base_ref} "
@@ -263,16 +280,30 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
         return 0
     console.print(f"run {run.id} ({run.status}): {run.engine_name} {run.head_ref} ({run.head_sha[:12]}) against "
                   f"{run.base_ref} ({run.base_sha[:12]}), {len(stored.trials)} trials", markup=False, highlight=False)
+    status = {"failed": 3, "interrupted": 3, "refused": 5}.get(run.status, 0)  # as compare's exit statuses
+    if slurm := run.settings.get("slurm"):
+        console.print(slurm_line(slurm), markup=False, highlight=False)
     if run.reason:
         console.print(f"reason: {run.reason}", markup=False, highlight=False)
+    if run.log_tail and run.status == "failed":
+        console.print(run.log_tail, markup=False, highlight=False)
     if not any(t.status == "ok" for t in stored.trials):
         console.print(f"no trial was measured: nothing to report (the run {run.status})" if run.status != "running"
                       else "no trial measured yet", markup=False, highlight=False)
-        return 0
-    report, trials = stored_report(stored, recompute=args.recompute)
+        return status
+    report, trials = stored_report(stored, recompute=getattr(args, "recompute", False))
+    if slurm:
+        report["slurm"] = slurm
     _emit(console, args, run.id, report, trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")
-    return 0
+    return status
+
+
+def slurm_line(slurm: dict) -> str:
+    """``Slurm job 12 on node1: COMPLETED`` from a run's ``settings["slurm"]``."""
+    node = f" on {slurm['node']}" if slurm.get("node") else ""
+    reason = f" ({slurm['reason']})" if slurm.get("reason") else ""
+    return f"Slurm job {slurm.get('job_id') or '(not submitted)'}{node}: {slurm.get('state', 'unknown')}{reason}"
 
 
 async def run_history(args: argparse.Namespace, console: Console) -> int:

@@ -64,7 +64,7 @@ def open_host(config: core.Config, name: str) -> core.Host:
     """
     if name not in config.hosts:
         raise core.ConfigError(f"no host named {name!r} in the config (known hosts: {', '.join(sorted(config.hosts))})")
-    return core.open_host(name, config.hosts[name], data_dir() / "work")
+    return core.open_host(name, config.hosts[name], data_dir() / "work", config.source)
 
 
 def host_args(parser) -> None:

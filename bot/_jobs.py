@@ -1,6 +1,9 @@
 """The bot's job queue: jobs live in the database (storage), one worker per host takes them
 in order, one at a time per host, under the host's lock (the CLI's too), and runs each as a
-compare or a bisect (``Job.kind``).
+compare or a bisect (``Job.kind``). A Slurm host's worker submits each compare to Slurm at once
+(:mod:`bot._slurm`): Slurm queues and places them, side by side on separate nodes; a job whose
+Slurm job Slurm ended early (time limit, preemption, node failure) is queued again once or
+failed, as after a crash.
 
 A :class:`Notifier` (the Slack front end) hears about each job's start, progress and end.
 
@@ -15,6 +18,14 @@ Storage outages: the queue's own database writes are retried with backoff (0.5 s
 outage starts and when it ends; no SQL text reaches a user. A job whose run could not be
 recorded has its engine stopped (by core), its run marked interrupted once the database is
 back, and is queued again once (as after a crash) or failed.
+
+Lost lease: when this process's lease has not been renewed for two thirds of
+``owner_lease_s`` (a database outage), it may soon count as dead to other bots, which would
+then take its running jobs over. So the queue stops them first (their engines are stopped, as
+for a cancel), and once the database is back marks their runs interrupted and queues them
+again, unless another bot took one over meanwhile: every write that closes or re-queues a
+running job is a compare-and-set on its claim (:func:`storage.requeue`,
+:func:`storage.requeue_or_fail`), so the old owner and the new one never both act on it.
 
 A clean stop (SIGTERM, Ctrl-C) stops the running job's engine, marks its run interrupted and
 queues the job again without spending its crash re-queue, saying so in its thread.
@@ -37,6 +48,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import core
 import storage
 from bot import _app as app
+from bot import _slurm as slurm
 from bot._app import trial_line
 from bot._common import open_host, owner_alive
 from bot._runs import reconcile_runs
@@ -135,6 +147,9 @@ class JobQueue:
         self._workers: list[asyncio.Task] = []
         self._running: dict[int, asyncio.Task] = {}
         self._cancelled: dict[int, str] = {}
+        self._slurm_jobs: set[asyncio.Task] = set()  # jobs of Slurm hosts, which run side by side
+        self._fenced: dict[int, str] = {}  # jobs stopped because this process's lease may run out
+        self._stopping = False
 
     async def start(self) -> list[tuple[storage.Job, str, str]]:
         """Take this process's lease, reconcile what a dead bot left, then start the workers and
@@ -152,6 +167,7 @@ class JobQueue:
             self._wake[host].set()  # jobs queued before the start run now
             self._workers.append(asyncio.create_task(self._worker(host), name=f"worker-{host}"))
         self._workers.append(asyncio.create_task(self._reconciler(lease_s / 3), name="reconciler"))
+        self._workers.append(asyncio.create_task(self._fence(lease_s), name="lease-fence"))
         return reconciled
 
     async def reconcile(self) -> list[tuple[storage.Job, str, str]]:
@@ -172,7 +188,9 @@ class JobQueue:
             if job.run_id in closed:
                 reason += f" (run {job.run_id}: {closed[job.run_id].split('; ', 1)[-1]})"
             status = await asyncio.to_thread(storage.requeue_or_fail, self.db, job.id,
-                                             self.config.slack.requeue_interrupted, reason)
+                                             self.config.slack.requeue_interrupted, reason, job.started_at)
+            if status is None:  # its owner (or another bot) closed it meanwhile
+                continue
             log.warning("job %s: %s; now %s", job.id, reason, status)
             reconciled.append((job, status, reason))
             await self._notify(self.notifier.job_reconciled(job, status, reason))
@@ -182,6 +200,34 @@ class JobQueue:
 
     async def _reconciler(self, interval_s: float) -> None:
         await every(interval_s, self.reconcile, "reconciling dead owners' jobs")
+
+    def _lease_at_risk(self) -> bool:
+        lease_s = self.config.storage.owner_lease_s
+        return self._heartbeat is not None and self._heartbeat.lease_left_s() < lease_s / 3
+
+    async def _lease_held(self) -> bool:
+        """Wait until this process's lease is not at risk (no new job is taken while it is);
+        True."""
+        while self._lease_at_risk():
+            await asyncio.sleep(self.config.storage.owner_lease_s / 12)
+        return True
+
+    async def _fence(self, lease_s: float) -> None:
+        """Stop the running jobs once this process's lease has gone unrenewed for two thirds of
+        ``lease_s`` (see the module docstring); checked every ``lease_s / 12`` seconds."""
+        while True:
+            await asyncio.sleep(lease_s / 12)
+            if self._heartbeat is None or not self._lease_at_risk():
+                continue
+            unrenewed = lease_s - self._heartbeat.lease_left_s()
+            for job_id, task in list(self._running.items()):
+                if job_id not in self._fenced:
+                    self._fenced[job_id] = (
+                        f"this bot could not renew its lease for {unrenewed:.0f} s (the database was unavailable), so "
+                        "another bot could have taken the job over; its engine was stopped first")
+                    log.warning("job %s: stopping it: this bot's lease was last renewed %.0f s ago (the lease is "
+                                "%.0f s)", job_id, unrenewed, lease_s)
+                    task.cancel()
 
     async def _notify(self, call) -> None:
         """Await a notifier call; a failure is logged, never raised into a worker."""
@@ -272,9 +318,10 @@ class JobQueue:
     async def stop(self) -> None:
         """Stop the workers; a running compare is cancelled (its engine stopped, the job queued
         again); then this process's lease is released."""
-        for task in self._workers:
+        self._stopping = True  # a worker whose job swallowed the cancel must still end, not take the next job
+        for task in [*self._workers, *self._slurm_jobs]:
             task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*self._workers, *self._slurm_jobs, return_exceptions=True)
         for host in self._hosts.values():
             await host.close()
         if self._heartbeat is not None:
@@ -282,19 +329,30 @@ class JobQueue:
 
     async def _worker(self, host: str) -> None:
         wake = self._wake[host]
-        while True:
+        while not self._stopping:
             await wake.wait()
             wake.clear()
-            while (job := await self.retrying(storage.claim_next, self.db, host)) is not None:
+            while (not self._stopping and await self._lease_held()
+                   and (job := await self.retrying(storage.claim_next, self.db, host))):
                 task = asyncio.create_task(self._run(job), name=f"job-{job.id}")
                 self._running[job.id] = task
+                if self.config.hosts[host].kind == "slurm":  # Slurm queues and places its jobs: no waiting here
+                    self._slurm_jobs.add(task)
+                    task.add_done_callback(self._slurm_job_done)
+                    continue
                 try:
                     await task  # a cancel command ends the task normally; stopping the worker cancels it
                 finally:
                     self._running.pop(job.id, None)
 
+    def _slurm_job_done(self, task: asyncio.Task) -> None:
+        self._slurm_jobs.discard(task)
+        for job_id, running in list(self._running.items()):
+            if running is task:
+                del self._running[job_id]
+
     async def _run(self, job: storage.Job) -> None:
-        run_id = None
+        run_id, claimed_at = None, job.started_at
         result: core.CompareResult | core.BisectResult
         try:
             host = self.host(job.host)
@@ -313,12 +371,29 @@ class JobQueue:
                                             job.args["mode"])
                 _, result = await app.bisect(self.config, self.db, bisect, session,
                                              lambda store: JobBisectProgress(job, self.notifier), on_run=started)
+            elif isinstance(host, core.SlurmHost):  # one Slurm job; Slurm's kill re-queues the job once
+                request = compare_request(self.config, job, host)
+                shas = (job.args["base_sha"], job.args["head_sha"])
+                run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
+                                                    JobProgress(job, self.notifier), on_run=started)
+                run = (await self.retrying(storage.load_run, self.db, run_id, job=job)).run
+                if slurm.killed_by_slurm(run):
+                    status = await self.retrying(storage.requeue_or_fail, self.db, job.id,
+                                                 self.config.slack.requeue_interrupted, run.reason, job=job)
+                    await self._notify(self.notifier.job_reconciled(job, status, run.reason))
+                    if status == "queued":
+                        self.wake(job.host)
+                    return
+                result = slurm.stored_result(run)
             else:
                 request = compare_request(self.config, job, host)
                 shas = (job.args["base_sha"], job.args["head_sha"])
                 _, result = await app.compare(self.config, self.db, request, shas, session,
                                               JobProgress(job, self.notifier), on_run=started)
         except asyncio.CancelledError:
+            if job.id in self._fenced:
+                await self._lease_lost(job, run_id, claimed_at)
+                return
             reason = self._cancelled.pop(job.id, None)
             if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted
                 reason = ("the bot was stopped cleanly while this job ran; its engine was stopped and the job is "
@@ -331,7 +406,10 @@ class JobQueue:
             await self._notify(self.notifier.job_cancelled(job, reason))
             return
         except SQLAlchemyError as exc:  # its engine is stopped; the worker lives on
-            await self._storage_lost(job, run_id, exc)
+            if job.id in self._fenced:  # the run's last write failed on the way out of the stop
+                await self._lease_lost(job, run_id, claimed_at)
+            else:
+                await self._storage_lost(job, run_id, claimed_at, exc)
             return
         except Exception as exc:  # a job's failure must never stop its host's worker
             message = str(exc) if isinstance(exc, core.SpecperfError) else f"{exc.__class__.__name__}: {exc}"
@@ -347,7 +425,25 @@ class JobQueue:
         await self.retrying(storage.update_job, self.db, job.id, status=status, job=job, **kept)
         await self._notify(self.notifier.job_finished(job, run_id, result, None))
 
-    async def _storage_lost(self, job: storage.Job, run_id: int | None, exc: SQLAlchemyError) -> None:
+    async def _lease_lost(self, job: storage.Job, run_id: int | None, claimed_at) -> None:
+        """Job ``job`` was stopped because this process's lease may have run out: once the
+        database answers, mark its run interrupted and queue it again, unless another bot took
+        it over meanwhile (then it is left to that bot)."""
+        reason = self._fenced[job.id]  # kept until done: the fence must not cancel this ending again
+        try:
+            if run_id is not None:
+                await self.retrying(storage.mark_abandoned, self.db, run_id, reason)
+            if await self.retrying(storage.requeue, self.db, job.id, reason, claimed_at):
+                log.warning("job %s: queued again", job.id)
+                await self._notify(self.notifier.job_reconciled(job, "queued", reason))
+                self.wake(job.host)
+            else:
+                log.warning("job %s: another bot took it over while this one could not renew its lease; left to it",
+                            job.id)
+        finally:
+            self._fenced.pop(job.id, None)
+
+    async def _storage_lost(self, job: storage.Job, run_id: int | None, claimed_at, exc: SQLAlchemyError) -> None:
         """The database failed under a running job (its engine is already stopped): say so, wait
         for the database, mark the run interrupted, queue the job again once or fail it."""
         short = storage.short_error(exc)
@@ -361,7 +457,9 @@ class JobQueue:
         if run_id is not None:
             await self.retrying(storage.mark_abandoned, self.db, run_id, reason, job=job)
         status = await self.retrying(storage.requeue_or_fail, self.db, job.id, self.config.slack.requeue_interrupted,
-                                     reason, job=job)
+                                     reason, claimed_at, job=job)
+        if status is None:  # another bot took it over while the database was away from this one
+            return
         await self._notify(self.notifier.job_reconciled(job, status, reason))
         if status == "queued":
             self.wake(job.host)

@@ -3,8 +3,11 @@ running (stopping their recorded engine groups), and a stored run's report."""
 
 from __future__ import annotations
 
+import asyncio
+
 import core
 import storage
+from bot import _slurm as slurm
 from bot._common import open_host, owner_alive
 
 
@@ -13,10 +16,13 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
     groups recorded for their running trials are stopped on their hosts (only if each is still
     the recorded engine), the runs marked interrupted. An unreachable host is said in the reason.
 
+    Runs of Slurm jobs are settled by Slurm's state instead (:func:`bot._slurm.settle`).
+
     Returns ``[(run id, reason), ...]`` for each run closed.
     """
-    closed = []
-    for run, trials in storage.abandoned_runs(db, owner_alive(db)):
+    closed = await slurm.settle(db, config)
+    # the database work runs in threads: a locked or unreachable database never blocks the loop
+    for run, trials in await asyncio.to_thread(storage.abandoned_runs, db, owner_alive(db)):
         stopped, unreachable = [], None
         recorded = [t for t in trials if t.pgid and t.log_path]
         if recorded and run.host in config.hosts:
@@ -31,12 +37,12 @@ async def reconcile_runs(db, config: core.Config) -> list[tuple[int, str]]:
             reason += f"; its engine process group {', '.join(map(str, stopped))} was still running and was stopped"
         if unreachable:
             reason += f"; its engines could not be checked: {unreachable}"
-        storage.mark_abandoned(db, run.id, reason)
+        await asyncio.to_thread(storage.mark_abandoned, db, run.id, reason)
         closed.append((run.id, reason))
     return closed
 
 
-def _stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
+def stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
     """(``[mode][role]`` launch numbers of the ok trials in order, ``{seq: ArmTrial}``,
     ``{seq: window}`` from the run's window snapshots)."""
     seqs: dict[str, dict[str, list[int]]] = {m: {"base": [], "head": []} for m in stored.run.modes}
@@ -69,7 +75,7 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
     Disturbance is judged again from the stored windows with the run's settings, so the
     trials left out are those the live run left out."""
     settings = core.CompareConfig.model_validate(stored.run.settings["compare"])
-    seqs, by_seq, windows = _stored_launches(stored)
+    seqs, by_seq, windows = stored_launches(stored)
     disturbed, left_out = core.judge_compare(seqs, windows, settings)
     trials = {mode: core.kept({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, left_out[mode])
               for mode, by_role in seqs.items()}

@@ -35,10 +35,12 @@ from bot._scheduler import BotScheduler
 from bot._slack_client import check_config, check_slack, web_client
 from bot._slack_handlers import SlackCommands
 from bot._slack_notifier import SlackNotifier
+from bot._slack_socket import SocketHandler
 
 log = logging.getLogger("specperf.bot")
 SIGNATURE_WINDOW_S = 300  # Slack's: a request older than 5 minutes is refused
 MAX_BODY_BYTES = 64 << 10  # a slash command's form is a few hundred bytes
+SOCKET_START_ATTEMPTS = 5  # at start-up (about 15 s of backoff); once connected, reconnects go on
 
 
 class SlackBot:
@@ -78,7 +80,8 @@ class SlackBot:
 
         Raises:
             core.ConfigError: Slack refused the bot token or the app token.
-            SlackUnavailableError: Slack unreachable or failing after bounded retries.
+            SlackUnavailableError: Slack unreachable or failing after bounded retries (Socket
+                Mode: no websocket after ``SOCKET_START_ATTEMPTS`` attempts).
         """
         identity = await check_slack(self.client, self.slack)
         # bolt would call auth.test on the first command, before its ack: give it the answer now
@@ -100,12 +103,8 @@ class SlackBot:
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]
         else:
-            from slack_bolt.adapter.socket_mode.async_handler import (
-                AsyncSocketModeHandler,
-            )
-
-            self._socket = AsyncSocketModeHandler(self.app, self.slack.app_token.get_secret_value())
-            await self._socket.connect_async()
+            self._socket = SocketHandler(self.app, self.slack.app_token.get_secret_value())
+            await self._socket.client.connect(max_attempts=SOCKET_START_ATTEMPTS)
 
     async def stop(self) -> None:
         """Stop listening and the workers (a running job's engine is stopped); a second call does nothing."""

@@ -83,6 +83,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
     launches = max((e["base"]["trials"] for e in report["modes"].values()), default=0)
     context = (f"host `{run.host}` | engine `{run.engine_name}` | commit `{run.head_sha[:12]}` ({run.head_ref}) | "
                f"base `{run.base_sha[:12]}` ({run.base_ref}) | {launches} launches per arm and mode | run {run.id}")
+    if slurm := run.settings.get("slurm"):
+        context += f" | Slurm job {slurm.get('job_id')} on node `{slurm.get('node')}`"
     environment = report.get("environment") or {}
     notes = []
     if environment.get("arms_differ"):

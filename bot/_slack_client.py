@@ -1,9 +1,18 @@
 """The Slack Web API client of the bot: the token and mode checks, an ``AsyncWebClient`` with
-rate-limit, server-error and connection retries, and per-channel pacing of calls."""
+rate-limit, server-error and connection retries, per-channel pacing of calls, replies through a
+command's response URL, and the log lines of the bot process.
+
+What the bot says goes out redacted: every paced Web API call's arguments and every
+response-URL reply pass through :func:`core.redact` (the one redaction rule: values of
+secret-looking environment variables, option arguments, URLs' passwords), and so does every
+log line (:class:`RedactingFormatter`), whatever exception text a Slack or engine failure
+carried.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -16,6 +25,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 import core
 from bot._common import SlackUnavailableError
@@ -79,11 +89,33 @@ def web_client(slack: SlackConfig) -> AsyncWebClient:
     )
 
 
+log = logging.getLogger("specperf.bot")
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter whose every line (exception text included) is :func:`core.redact`-ed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return core.redact(super().format(record))
+
+
+async def reply_via(response_url: str, **kwargs) -> bool:
+    """Post ``kwargs`` (``text``, ``blocks``, ``response_type``), redacted, to a command's
+    ``response_url``; whether it went out (a failure is logged, not raised)."""
+    try:
+        await AsyncWebhookClient(response_url).send(**core.redact(kwargs))
+        return True
+    except Exception as exc:  # noqa: BLE001 - a reply that cannot go out is logged, not fatal
+        log.warning("response_url reply failed: %s: %s", exc.__class__.__name__, str(exc)[:200])
+        return False
+
+
 class ChannelPacer:
     """Serialises Web API calls per channel with at least ``interval_s`` seconds between the
     starts of two calls in one channel (Slack allows about one message per second per
     channel). Calls wait their turn in order; none is dropped: a 429 that outlasts the client's
-    retries is waited out here too (``Retry-After`` seconds, up to 20 more times)."""
+    retries is waited out here too (``Retry-After`` seconds, up to 20 more times). The call's
+    arguments go out redacted (:func:`core.redact`)."""
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
@@ -96,6 +128,7 @@ class ChannelPacer:
         Raises:
             SlackApiError: an error other than rate limiting (``not_in_channel``, ...).
         """
+        kwargs = core.redact(kwargs)
         async with self._locks[channel]:
             for attempt in range(21):
                 wait = self._last.get(channel, -1e9) + self.interval_s - time.monotonic()

@@ -19,14 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
 from bot import _app as app
+from bot import _slurm as slurm
 from bot._common import fmt, owner_alive, pick
 from bot._jobs import JobQueue, compare_request
+from bot._slack_client import reply_via
 from bot._slack_commands import HELP, MAX_COMMAND_CHARS, Command, UsageError, parse
 from bot._slack_notifier import SlackNotifier, queued_by
 
@@ -153,11 +154,8 @@ class SlackCommands:
             log.exception("command %d failed", command_id)
             reply, result, job_id = f"internal error: {exc.__class__.__name__}", f"internal error: {exc!r}"[:500], None
         await self.queue.retrying(storage.answer_command, self.db, command_id, result, job_id)
-        if reply and payload.get("response_url"):
-            try:
-                await AsyncWebhookClient(payload["response_url"]).send(response_type="ephemeral", text=reply)
-            except Exception as exc:  # the ack went out; a lost ephemeral line is logged
-                log.warning("ephemeral reply failed: %s", exc)
+        if reply and payload.get("response_url"):  # the ack went out; a lost ephemeral line is logged
+            await reply_via(payload["response_url"], response_type="ephemeral", text=reply)
 
     async def resume(self) -> int:
         """Carry out the received commands whose bot died before answering them (each taken by
@@ -224,8 +222,11 @@ class SlackCommands:
         host = job.host
         async with self._io_slots:
             queued = await self.queue.submit(job, wake=False)
-        if queued is None:
-            return None, "redelivery: already queued", None
+        if queued is None:  # its job exists: a redelivery, or a command resumed after its bot died past the queueing
+            existing = await self._io(storage.job_by_key, self.db, job.dedupe_key) if job.dedupe_key else None
+            if existing is None:
+                return None, "redelivery: already queued", None
+            return None, f"queued job {existing.id} (already queued: a redelivery or a resumed command)", existing.id
         ready = self.notifier.parent_ready[queued.id] = asyncio.Event()
         try:
             ahead = sum(1 for j in await self._io(storage.list_jobs, self.db, host=host) if j.id < queued.id)
@@ -234,8 +235,8 @@ class SlackCommands:
             if sent is not None:
                 await self._io(storage.update_job, self.db, queued.id, slack={"thread_ts": sent["ts"]})
             else:
-                await AsyncWebhookClient(body["response_url"]).send(
-                    response_type="in_channel", text=text + " (invite the bot to this channel for threaded progress)")
+                await reply_via(body["response_url"], response_type="in_channel",
+                                text=text + " (invite the bot to this channel for threaded progress)")
         finally:
             ready.set()
             self.queue.wake(host)
@@ -256,6 +257,8 @@ class SlackCommands:
                 ok = sum(1 for t in stored.trials if t.status == "ok")
                 verdicts = ", ".join(f"{v.mode} {v.verdict}" for v in stored.verdicts) or "no verdict yet"
                 line += f"; run {job.run_id} ({stored.run.status}): {ok} launches done, {verdicts}"
+                if slurm_state := await slurm.live_line(self.config, stored.run):
+                    line += f"; {slurm_state}"
             if job.reason:
                 line += f"; {job.reason}"
             lines.append(line)
@@ -267,8 +270,11 @@ class SlackCommands:
             return "the queue is empty", "queue", None
         by_host: dict[str, list[str]] = {}
         for job in jobs:
-            by_host.setdefault(job.host, []).append(
-                f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}")
+            line = f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}"
+            stored = await self._io(storage.load_run, self.db, job.run_id) if job.run_id else None
+            if stored and (slurm_state := await slurm.live_line(self.config, stored.run)):
+                line += f"; {slurm_state}"
+            by_host.setdefault(job.host, []).append(line)
         return "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
 
     async def _cmd_cancel(self, cmd, who, body, host, engine):

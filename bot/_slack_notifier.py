@@ -11,7 +11,6 @@ from pathlib import Path
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 from sqlalchemy.exc import SQLAlchemyError
 
 import core
@@ -26,7 +25,7 @@ from bot._slack_blocks import (
     summary_line,
     verdict_blocks,
 )
-from bot._slack_client import ChannelPacer
+from bot._slack_client import ChannelPacer, reply_via
 
 log = logging.getLogger("specperf.bot")
 
@@ -95,10 +94,7 @@ class SlackNotifier(Notifier):
 
     async def _webhook(self, thread: _Thread, **kwargs) -> None:
         if thread.response_url:
-            try:
-                await AsyncWebhookClient(thread.response_url).send(response_type="in_channel", **kwargs)
-            except Exception as exc:  # a reply that cannot go out is logged, not fatal
-                log.warning("response_url reply failed: %s", exc)
+            await reply_via(thread.response_url, response_type="in_channel", **kwargs)
 
     async def job_started(self, job: storage.Job, run_id: int) -> None:
         thread = await self._thread(job)

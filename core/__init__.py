@@ -23,7 +23,7 @@ The curated public surface is ``__all__`` (each name's ``__module__`` is ``core`
 The other names imported here are the building blocks ``storage`` and ``bot`` compose (the
 compare and bisect requests, hosts, the probe, statistics, history series, the summary): they
 are importable, documented where they are defined, and not part of the promise above. Inside,
-``core/_hosts/`` is the host package (base, local, SSH); every other module is one concern.
+``core/_hosts/`` is the host package (base, local, SSH, Slurm); every other module is one concern.
 """
 
 from core import _changepoints, _host_agent
@@ -106,6 +106,7 @@ from core._config import (
     parse_config,
 )
 from core._config import DisturbanceConfig as DisturbanceConfig
+from core._config import SlurmConfig as SlurmConfig
 from core._config import (
     StorageConfig as StorageConfig,
 )
@@ -182,6 +183,8 @@ from core._hosts import CommandResult as CommandResult
 from core._hosts import EngineHandle as EngineHandle
 from core._hosts import Host as Host
 from core._hosts import LocalHost as LocalHost
+from core._hosts import SlurmHost as SlurmHost
+from core._hosts import SlurmJob as SlurmJob
 from core._hosts import SshHost as SshHost
 from core._hosts import open_host as open_host
 from core._hygiene import Holder as Holder
@@ -225,6 +228,9 @@ from core._probe import (
 from core._probe import (
     probe_script_text as probe_script_text,
 )
+from core._redact import REDACTED as REDACTED
+from core._redact import redact as redact
+from core._redact import secret_name as secret_name
 from core._report import CompareReport
 from core._report import launch_rows as launch_rows
 from core._report import render_chart as render_chart

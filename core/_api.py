@@ -62,6 +62,8 @@ def engine_modes(config: Config, engine: str, modes: list[str] | None = None) ->
 def _only(table: dict, given: str | None, what: str) -> str:
     if given:
         return given
+    if not table:
+        raise ConfigError(f"no {what} is configured; add a [{what}s.<name>] table to the config")
     if len(table) == 1:
         return next(iter(table))
     raise ConfigError(f"more than one {what} is configured ({', '.join(sorted(table))}); name one with {what}=")
@@ -70,7 +72,7 @@ def _only(table: dict, given: str | None, what: str) -> str:
 def _host(config: Config, name: str, workdir: str | Path | None) -> Host:
     if name not in config.hosts:
         raise ConfigError(f"no host named {name!r} in the config (known hosts: {', '.join(sorted(config.hosts))})")
-    return open_host(name, config.hosts[name], Path(workdir) if workdir else data_dir() / "work")
+    return open_host(name, config.hosts[name], Path(workdir) if workdir else data_dir() / "work", config.source)
 
 
 async def compare_commit(config: Config, commit: str, *, base: str | None = None, engine: str | None = None,

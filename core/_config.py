@@ -15,6 +15,7 @@ from typing import Literal, TypeVar
 
 from pydantic import (
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -23,11 +24,51 @@ from pydantic import (
 from core._config_base import ConfigSection as _Strict
 from core._config_base import expand_vars as _expand
 from core._errors import ConfigError
+from core._redact import REDACTED, redact, secret_name
 from core._triage_rules import TriageConfig
 
 
+class SlurmConfig(_Strict):
+    """How a Slurm host asks for a node (``[hosts.<name>.slurm]``; each is the ``sbatch``
+    option of that name). ``partition``, ``gres`` (``gpu:8``), ``exclusive`` (the whole node,
+    default), ``time_limit`` (Slurm's ``[D-]HH:MM:SS``; a compare that outlives it is ended by
+    Slurm and marked with Slurm's reason), ``account``, ``qos``, ``constraint``, ``nodelist``,
+    and ``sbatch_args``: further options, word by word. ``python``: the interpreter on the
+    nodes that has specperf installed (default: the one running specperf, which must then be
+    on the shared file system). ``poll_s``: how often the submitter reads the job's state and
+    its progress in the database."""
+
+    partition: str | None = None
+    gres: str | None = None
+    exclusive: bool = True
+    time_limit: str = Field(default="02:00:00", pattern=r"^(\d+-)?\d+(:\d+){0,2}$")
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodelist: str | None = None
+    sbatch_args: list[str] = Field(default_factory=list)
+    python: str | None = None
+    poll_s: float = Field(default=2.0, gt=0)
+
+    @field_validator("python", mode="before")
+    @classmethod
+    def _expand_python(cls, value):
+        return _expand(value) if isinstance(value, str) else value
+
+    def sbatch_options(self) -> list[str]:
+        """These settings as ``sbatch`` options (``--partition=gpu``, ``--exclusive``, ...)."""
+        named = {"partition": self.partition, "gres": self.gres, "time": self.time_limit, "account": self.account,
+                 "qos": self.qos, "constraint": self.constraint, "nodelist": self.nodelist}
+        return ([f"--{k}={v}" for k, v in named.items() if v] + (["--exclusive"] if self.exclusive else [])
+                + list(self.sbatch_args))
+
+
 class HostConfig(_Strict):
-    """A machine that runs engines. With no ``ssh`` it is the local machine.
+    """A machine that runs engines. With no ``ssh`` it is the local machine; with ``kind =
+    "slurm"`` a partition of a Slurm cluster (:class:`SlurmConfig` in ``[hosts.<name>.slurm]``):
+    each compare is one Slurm job holding one node, whose work directory is ``workdir``
+    (required: a folder the nodes and this machine share, for worktrees, logs and job files).
+    Slurm's commands run on this machine (a login node reached over SSH is not supported yet).
 
     ``ssh``: ``user@host`` (or ``host``), reached on ``port``; host keys are checked against
     ``known_hosts`` (default ``~/.ssh/known_hosts``), never skipped; authentication with
@@ -57,6 +98,26 @@ class HostConfig(_Strict):
     device_paths: list[str] = Field(default_factory=lambda: ["/dev/nvidia[0-9]*"])
     ignore_holders: list[str] = Field(default_factory=lambda: ["nvidia-persistenced", "nv-hostengine", "nv-fabricmanager", "dcgm"])
     trial_deadline_s: float = Field(default=7200.0, gt=0)
+    kind: Literal["local", "ssh", "slurm"] | None = None
+    slurm: SlurmConfig | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> HostConfig:
+        kind = self.kind or ("slurm" if self.slurm else "ssh" if self.ssh else "local")
+        if kind == "slurm":
+            if self.ssh:
+                raise ValueError('kind = "slurm" runs Slurm\'s commands on this machine; ssh is not supported '
+                                 "for a Slurm host yet (run specperf on a login node)")
+            if not self.workdir:
+                raise ValueError('kind = "slurm" needs workdir = "/shared/..." (a folder the nodes share)')
+        elif self.slurm:
+            raise ValueError(f'[slurm] settings need kind = "slurm" (got kind = "{kind}")')
+        elif (kind == "ssh") != bool(self.ssh):
+            raise ValueError('kind = "ssh" needs ssh = "user@host"' if kind == "ssh" else
+                             f'kind = "{kind}" cannot have ssh = ...; leave kind out or set it to "ssh"')
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "slurm", self.slurm or (SlurmConfig() if kind == "slurm" else None))
+        return self
 
     @field_validator("ssh", "jump", "python", "engine_address", mode="before")
     @classmethod
@@ -267,6 +328,13 @@ class Config(_Strict):
     slack: dict = Field(default_factory=dict)
     schedule: dict = Field(default_factory=dict)
     watches: list[dict] = Field(default_factory=list)
+    _source: str = PrivateAttr(default="the config file")
+
+    @property
+    def source(self) -> str:
+        """Where this configuration was read from (the file name given to :func:`parse_config`),
+        for messages that name a key to change."""
+        return self._source
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -301,12 +369,16 @@ def _pick(table: dict, name: str, what: str):
 
 
 def _describe(error: dict, source: str) -> str:
+    """One line for one validation error: the file, the dotted key, what was expected and what
+    was given, with secrets redacted (:func:`core._redact.redact`; the whole value under a
+    secret-looking key)."""
     loc = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         return f"{source}: unknown key {loc!r}; check its spelling against the documented keys"
     where = f"{source}: {loc}" if loc else source
-    message = error["msg"].removeprefix("Value error, ")
-    return f"{where}: {message} (got {error.get('input')!r})" if loc else f"{where}: {message}"
+    message = redact(error["msg"].removeprefix("Value error, "))
+    given = REDACTED if any(secret_name(str(part)) for part in error["loc"]) else redact(error.get("input"))
+    return f"{where}: {message} (got {given!r})" if loc else f"{where}: {message}"
 
 
 def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -> C:  # type: ignore[assignment]
@@ -327,10 +399,12 @@ def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as exc:
         lines = [_describe(err, source) for err in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
+    config._source = source
+    return config
 
 
 def load_config(path: str | Path, model: type[C] = Config) -> C:  # type: ignore[assignment]

@@ -78,6 +78,30 @@ def group_exists(pgid):
     return True
 
 
+def group_running(pgid):
+    """Whether any process of group ``pgid`` exists that is not a zombie. A zombie has exited
+    and holds nothing (no memory, no device, no port); an orphan's zombie waits for init to
+    collect it, which some inits (a VM's) do only every second or so. Without ``/proc``, as
+    :func:`group_exists`."""
+    if not group_exists(pgid):
+        return False
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as fh:
+                state, _ppid, pgrp = fh.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
+
+
 def stop_group(pgid, grace_s, alive, hurry=lambda: False):
     """SIGTERM the group, wait ``grace_s`` s (less if ``hurry()`` turns true), SIGKILL, wait 5 s."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -106,7 +130,7 @@ def stop_recorded_group(pgid, log_path, grace_s):
     """Stop group ``pgid`` if its leader still writes to ``log_path``; whether it was stopped."""
     if leader_output(pgid) != os.path.realpath(log_path):
         return False
-    stop_group(pgid, grace_s, lambda: group_exists(pgid))
+    stop_group(pgid, grace_s, lambda: group_running(pgid))
     return True
 
 
@@ -266,11 +290,13 @@ def run_tied(timeout_s, argv):
     watch = select.poll()
     for fd in (1, 2):
         watch.register(fd, select.POLLERR | select.POLLHUP)
+    wait_ms = 1  # a short command (git rev-parse) is answered in milliseconds, a long one checked every 200 ms
     while proc.poll() is None:
-        gone = bool(told) or any(event & (select.POLLERR | select.POLLHUP) for _, event in watch.poll(200))
+        gone = bool(told) or any(event & (select.POLLERR | select.POLLHUP) for _, event in watch.poll(wait_ms))
+        wait_ms = min(2 * wait_ms, 200)
         late = time.monotonic() > deadline
         if gone or late:
-            stop_group(proc.pid, 2.0, lambda: proc.poll() is None or group_exists(proc.pid))
+            stop_group(proc.pid, 2.0, lambda: proc.poll() is None or group_running(proc.pid))
             if late:
                 try:
                     sys.stderr.write("specperf-agent: timed out\n")
@@ -309,10 +335,10 @@ def supervise(spec):
             line = sys.stdin.readline()
             if not line or line.strip() == "stop":
                 break
-    stop_group(pgid, spec["grace_s"], lambda: proc.poll() is None or group_exists(pgid), lambda: len(told) > 1)
+    stop_group(pgid, spec["grace_s"], lambda: proc.poll() is None or group_running(pgid), lambda: len(told) > 1)
     if not exited:
         _emit({"exit": proc.poll()})
-    _emit({"stopped": not group_exists(pgid)})
+    _emit({"stopped": not group_running(pgid)})
     return 0
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core._errors import EngineError
-from core._host_agent import group_exists, listening_pids, stop_group
+from core._host_agent import group_running, listening_pids, stop_group
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -52,9 +52,10 @@ class EngineProcess:
         return self._proc.poll()
 
     def group_alive(self) -> bool:
-        """Whether any process of the group still exists (the leader's zombie is reaped first)."""
+        """Whether any process of the group still runs (the leader's zombie is reaped first;
+        an orphan's zombie, which init collects in its own time, does not count)."""
         self._proc.poll()
-        return group_exists(self.pgid)
+        return group_running(self.pgid)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the group, wait up to ``grace_s`` seconds, then SIGKILL what is left.

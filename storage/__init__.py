@@ -10,7 +10,7 @@ Layer: imports ``core`` (public names only); imported by ``bot``; ``core`` never
 from here.
 
 Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
-list_runs, abandoned_runs, mark_abandoned, load_series (history series, as core.Series),
+list_runs, abandoned_runs, mark_abandoned, update_settings, unsettled_slurm_runs, load_series (history series, as core.Series),
 load_findings (what a period's runs found, as core.PeriodRuns), and
 the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next, run_threads,
 cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
@@ -30,6 +30,7 @@ from storage._jobs import (
     enqueue,
     first_sight,
     get_job,
+    job_by_key,
     job_for_run,
     list_commands,
     list_jobs,
@@ -68,14 +69,16 @@ from storage._store import (
     list_runs,
     load_run,
     mark_abandoned,
+    unsettled_slurm_runs,
+    update_settings,
 )
 
 __all__ = [
     "open_database", "default_url", "StorageError",
     "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
-    "latest_calibration",
+    "latest_calibration", "update_settings", "unsettled_slurm_runs",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",
-    "enqueue", "claim_next", "get_job", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",
+    "enqueue", "claim_next", "get_job", "job_by_key", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",
     "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
     "ScheduleTick", "watch_jobs", "record_tick", "list_ticks",
     "requeue", "receive_command", "answer_command", "unanswered_commands", "take_command", "first_sight",

@@ -53,6 +53,12 @@ def claim_next(db: Engine, host: str) -> Job | None:
                 return session.get(Job, job_id, populate_existing=True)
 
 
+def job_by_key(db: Engine, dedupe_key: str) -> Job | None:
+    """The job queued under ``dedupe_key`` (a Slack team and trigger id), or ``None``."""
+    with Session(db, expire_on_commit=False) as session:
+        return session.exec(select(Job).where(Job.dedupe_key == dedupe_key)).first()
+
+
 def get_job(db: Engine, job_id: int) -> Job | None:
     """The job ``job_id`` or ``None``."""
     with Session(db, expire_on_commit=False) as session:
@@ -115,34 +121,46 @@ def orphaned_jobs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[Job]:
     return [job for job in list_jobs(db, ("running",), limit=10_000) if not (job.owner and owner_alive(job.owner))]
 
 
-def requeue(db: Engine, job_id: int, reason: str) -> None:
+def _claim(job_id: int, claimed_at: dt.datetime | None):
+    """The WHERE clause of a write that must only touch job ``job_id`` while it is still the
+    running claim that started at ``claimed_at`` (``None``: any state): a compare-and-set, so
+    a bot that lost its lease and the bot that took the job over never both act on it."""
+    where = [col(Job.id) == job_id]
+    if claimed_at is not None:
+        where += [col(Job.status) == "running", col(Job.started_at) == claimed_at]
+    return where
+
+
+def requeue(db: Engine, job_id: int, reason: str, claimed_at: dt.datetime | None = None) -> bool:
     """Queue job ``job_id`` again after a clean stop of its bot (keeping its place; the crash
-    re-queue budget ``attempts`` is not spent): its run is dropped, ``reason`` kept."""
+    re-queue budget ``attempts`` is not spent): its run is dropped, ``reason`` kept. With
+    ``claimed_at`` (the job's ``started_at`` when this process claimed it), only while that
+    claim still holds. Whether it was queued again."""
     with Session(db) as session:
-        job = session.get(Job, job_id)
-        job.status, job.owner, job.run_id, job.started_at, job.reason = "queued", None, None, None, reason
-        session.add(job)
+        done = session.execute(update(Job).where(*_claim(job_id, claimed_at))
+                               .values(status="queued", owner=None, run_id=None, started_at=None, reason=reason))
         session.commit()
+        return done.rowcount == 1
 
 
-def requeue_or_fail(db: Engine, job_id: int, requeue: bool, reason: str) -> str:
-    """Close an orphaned job as interrupted with ``reason``, then queue it again (keeping its
-    place: the queue is by id) if ``requeue`` and it was never re-queued before, else fail it.
-    Returns the new status, ``queued`` or ``failed``."""
+def requeue_or_fail(db: Engine, job_id: int, requeue: bool, reason: str,
+                    claimed_at: dt.datetime | None = None) -> str | None:
+    """Close an orphaned job: queue it again (keeping its place: the queue is by id) if
+    ``requeue`` and it was never re-queued before, else fail it, with ``reason``. With
+    ``claimed_at`` (its ``started_at`` as the caller saw it), only while that claim still
+    holds. Returns the new status, ``queued`` or ``failed``; ``None`` when the claim no longer
+    held (another bot, or the owner itself, got there first)."""
     with Session(db) as session:
         job = session.get(Job, job_id)
-        job.status, job.reason = "interrupted", reason
-        session.add(job)
-        session.commit()
-        if requeue and job.attempts == 0:
-            job.status, job.attempts, job.owner, job.run_id, job.started_at = "queued", 1, None, None, None
-            job.reason = f"{reason}; re-queued"
+        if job.attempts == 0 and requeue:
+            values = dict(status="queued", attempts=1, owner=None, run_id=None, started_at=None,
+                          reason=f"{reason}; re-queued")
         else:
-            job.status, job.finished_at = "failed", utcnow()
-            job.reason = f"{reason}; not re-queued" + (" (it was re-queued once already)" if requeue else "")
-        session.add(job)
+            values = dict(status="failed", finished_at=utcnow(), reason=f"{reason}; not re-queued"
+                          + (" (it was re-queued once already)" if requeue else ""))
+        done = session.execute(update(Job).where(*_claim(job_id, claimed_at)).values(**values))
         session.commit()
-        return job.status
+        return values["status"] if done.rowcount == 1 else None
 
 
 def record_command(db: Engine, user_id: str, channel_id: str, team_id: str, command: str,

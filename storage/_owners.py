@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass
 
@@ -164,12 +165,25 @@ class Heartbeat:
     lease lives as long as the process does, whatever its event loop is busy with. A failed
     renewal (database unreachable) is logged once per outage and retried at the next beat.
     ``start()`` renews once first (and raises if that fails); ``stop()`` ends the thread and,
-    with ``release``, removes the lease."""
+    with ``release``, removes the lease. :meth:`lease_left_s` says how long the lease written
+    last still holds: a process whose lease may have run out (an outage longer than it) must
+    stop what it owns, since another bot may then take it over."""
 
     def __init__(self, db: Engine, lease_s: float = DEFAULT_LEASE_S, kind: str = "specperf") -> None:
         self.db, self.lease_s, self.kind = db, lease_s, kind
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._renewed = time.monotonic()  # when the last successful renewal began
+
+    def lease_left_s(self) -> float:
+        """Seconds until the last renewed lease runs out, counted from when that renewal began
+        (it cannot have been written earlier); negative once it has."""
+        return self._renewed + self.lease_s - time.monotonic()
+
+    def _renew(self) -> None:
+        began = time.monotonic()
+        renew(self.db, self.lease_s, self.kind)
+        self._renewed = began
 
     def start(self) -> Heartbeat:
         """Register and start renewing.
@@ -177,7 +191,7 @@ class Heartbeat:
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the first registration failed.
         """
-        renew(self.db, self.lease_s, self.kind)
+        self._renew()
         self._thread = threading.Thread(target=self._beat, name="specperf-lease", daemon=True)
         self._thread.start()
         return self
@@ -186,7 +200,7 @@ class Heartbeat:
         failing = False
         while not self._stop.wait(self.lease_s / 3):
             try:
-                renew(self.db, self.lease_s, self.kind)
+                self._renew()
             except SQLAlchemyError as exc:
                 if not failing:
                     log.warning("cannot renew this process's lease: %s", short_error(exc))

@@ -24,10 +24,10 @@ from core import (
     CompareResult,
     TrialResult,
     Verdict,
+    redact,
 )
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 from storage._owners import identity, keep_alive
-from storage._redact import redact
 
 
 class RunStore(CompareObserver):
@@ -62,6 +62,17 @@ class RunStore(CompareObserver):
             session.commit()
             self.run_id = run.id
         return self.run_id
+
+    def resume(self, run_id: int) -> None:
+        """Record into run ``run_id``, created elsewhere (a Slurm job's run, made when it was
+        submitted), owned from now on by this process (whose lease is kept alive)."""
+        keep_alive(self.db)
+        self.run_id = run_id
+        with Session(self.db) as session:
+            run = session.get(Run, run_id)
+            run.settings = {**run.settings, "owner": identity().as_owner()}
+            session.add(run)
+            session.commit()
 
     def _arm_id(self, session: Session, arm: CoreArm) -> int:
         if arm not in self._arms:
@@ -263,15 +274,37 @@ def abandoned_runs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[tupl
     """Runs still marked running whose specperf process is gone (``owner_alive`` of the run's
     recorded owner is false; the bot passes :func:`storage.owner_alive`), each with its trials
     still marked running:
-    what a killed or crashed specperf left behind. A run without a recorded owner is left alone."""
+    what a killed or crashed specperf left behind. A run without a recorded owner is left alone,
+    and so is a Slurm job's run (``settings["slurm"]``): Slurm's state of the job settles it."""
     with Session(db) as session:
         found = []
         for run in session.exec(select(Run).where(Run.status == "running")):
             owner = (run.settings or {}).get("owner") or {}
+            if (run.settings or {}).get("slurm"):
+                continue
             if owner and not owner_alive(owner):
                 trials = list(session.exec(select(Trial).where(Trial.run_id == run.id, Trial.status == "running")))
                 found.append((run, trials))
         return found
+
+
+def update_settings(db: Engine, run_id: int, key: str, values: dict) -> dict:
+    """Merge ``values`` into run ``run_id``'s ``settings[key]`` (a dict); returns the merged dict."""
+    with Session(db) as session:
+        run = session.get(Run, run_id)
+        merged = {**(run.settings.get(key) or {}), **values}
+        run.settings = {**run.settings, key: merged}
+        session.add(run)
+        session.commit()
+        return merged
+
+
+def unsettled_slurm_runs(db: Engine) -> list[Run]:
+    """Runs of Slurm jobs whose job's end is not yet recorded (``settings["slurm"]["ended"]``)
+    and that did not finish with a verdict: those whose job Slurm may have ended."""
+    with Session(db) as session:
+        return [run for run in session.exec(select(Run).where(Run.status != "done", Run.kind == "compare"))
+                if (run.settings or {}).get("slurm") and not run.settings["slurm"].get("ended")]
 
 
 def mark_abandoned(db: Engine, run_id: int, reason: str, status: str = "interrupted") -> None:

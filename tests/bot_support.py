@@ -118,6 +118,27 @@ def check_verdict_thread(bot, emulator, job, host: str, modes: tuple[str, ...]):
     return stored
 
 
+LOCKER = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("ROLLBACK")
+"""
+
+
+def hold_sqlite(path: Path, seconds: float):
+    """Another process holding the SQLite database at ``path`` (``BEGIN EXCLUSIVE``) for
+    ``seconds``: a database outage as a bot meets it. Returns the process once it holds it."""
+    import subprocess
+
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), f"{seconds:g}"], stdout=subprocess.PIPE,
+                              text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    return locker
+
+
 async def start_bot(config: Path, url: str, home: Path, log, wrap: list[str] | None = None):
     """``specperf bot`` as a real process (``wrap``: a command line it runs under, e.g.
     ``unshare``), stdout read up to its "listening on" line: (process, port)."""

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Fixture -> the marker of what it needs (pyproject.toml lists the markers).
 FIXTURE_MARKERS = {"testenv": "engine", "postgres_url": "postgres", "postgres_server": "postgres", "sshd": "ssh",
-                   "netns_sshd": "ssh"}
+                   "netns_sshd": "ssh", "slurm_cluster": "slurm"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -43,6 +43,41 @@ def local_host(workdir: Path) -> core.LocalHost:
 # death by SIGINT at interpreter exit).
 SPECPERF = [str(Path(sys.executable).parent / "specperf")]
 TESTENV = Path(os.environ.get("SPECPERF_TESTENV", Path.home() / ".cache/specperf/testenv"))
+
+
+def specperf_in_process(args: list[str], *, cwd: Path | str | None = None,
+                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``specperf ARGS`` run by the console script's own ``bot.cli.main`` in this process, with
+    ``env`` (default: this one) as the whole environment and ``cwd`` as the working directory
+    for the call; standard output and error captured, the exit status as the console script's.
+    Saves a process start per call (importing specperf costs about 2 s of CPU); tests that need
+    a real process (signals, the installed script, the bot) use :data:`SPECPERF`. Sync tests
+    only: ``main`` runs its own event loop."""
+    import contextlib
+    import io
+    import signal
+
+    from bot import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_sigterm = dict(os.environ), os.getcwd(), signal.getsignal(signal.SIGTERM)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = cli.main([str(arg) for arg in args])
+            except SystemExit as exc:  # argparse's usage errors
+                status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        signal.signal(signal.SIGTERM, saved_sigterm)  # main turns SIGTERM into KeyboardInterrupt
+    return subprocess.CompletedProcess(["specperf", *map(str, args)], status, out.getvalue(), err.getvalue())
 
 
 class ExactServer:
@@ -303,6 +338,23 @@ def sshd() -> Iterator:
     server = SshServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator:
+    """A real Slurm cluster on loopback for this test session (tests/slurm_cluster.py); Slurm's
+    client commands (this process's and its children's) find it through ``SLURM_CONF``."""
+    from tests.slurm_cluster import SlurmCluster
+
+    cluster = SlurmCluster()
+    before = os.environ.get("SLURM_CONF")
+    os.environ.update(cluster.env())
+    yield cluster
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before
+    cluster.close()
 
 
 @pytest.fixture

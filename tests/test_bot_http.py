@@ -256,12 +256,13 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
     bot = await make_bot()
     slow_git, slow_audit = core.resolve_refs, storage.record_command
 
+    # each slow step takes twice the time the ack is allowed: an ack that waited for either is late
     async def slow_resolve(request):  # git on a slow host: awaited, so the loop stays free
-        await asyncio.sleep(4)
+        await asyncio.sleep(2)
         return await slow_git(request)
 
     monkeypatch.setattr(core, "resolve_refs", slow_resolve)
-    monkeypatch.setattr(storage, "record_command", lambda *a, **k: (time.sleep(4), slow_audit(*a, **k))[1])
+    monkeypatch.setattr(storage, "record_command", lambda *a, **k: (time.sleep(2), slow_audit(*a, **k))[1])
     emulator.script("chat.postMessage", 429)  # and Slack itself is pushing back
     response, seconds = await post_command(bot.port, form("compare slow --modes baseline --rounds 1",
                                                           response_url=emulator.response_url()))

@@ -14,7 +14,7 @@ import pytest
 from sqlmodel import Session, select
 
 import storage
-from tests.bot_support import form, post_command, start_bot, wait_for, write_config
+from tests.bot_support import LOCKER, form, post_command, start_bot, wait_for, write_config
 from tests.conftest import group_members
 from tests.fake_engine_repo import make_repo
 
@@ -167,17 +167,18 @@ async def test_commands_acknowledged_before_a_kill_are_all_carried_out_after_res
 
 async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_path, emulator, unused_tcp_port,
                                                                            postgres_server):
-    # launches of a few seconds each: the run's bookkeeping meets the outage
+    # launches of a few seconds each: the run's bookkeeping meets the outage; the default lease (60 s)
+    # outlasts it (an outage longer than the lease: tests/test_bot_faults.py)
     config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, url=postgres_server.url, workload=SHORT,
-                                        trials=4, lease_s=LEASE_S)
+                                        trials=4)
     proc, port = await start_bot(config, url, home, log)
     try:
         await post_command(port, form("compare slow --modes baseline", trigger="p1", response_url=emulator.response_url()))
         trial = await wait_for(lambda: next((t for t in _trials(db) if t.pgid), None), 60, what="the first launch")
-        # the database goes away mid-run for twice the owner lease (LEASE_S): the next launch's
-        # bookkeeping (a launch takes 1-3 s) meets the outage, and the bot's lease lapses in it
+        # the database goes away mid-run for 6 s: the next launch's bookkeeping (a launch takes
+        # 1-3 s) meets the outage
         await asyncio.to_thread(postgres_server.stop)
-        await asyncio.sleep(2 * LEASE_S)
+        await asyncio.sleep(6)
         await asyncio.to_thread(postgres_server.start)
         job = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 180,
                              what="job 1 done after the outage")
@@ -236,16 +237,6 @@ async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_cr
               if p.body.get("thread_ts") == job.slack["thread_ts"]]
     assert len([t for t in thread if "stopped cleanly" in t and "queued again" in t]) == 2, thread
     assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
-
-
-LOCKER = """
-import sqlite3, sys, time
-connection = sqlite3.connect(sys.argv[1], isolation_level=None)
-connection.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-connection.execute("ROLLBACK")
-"""
 
 
 async def test_a_database_locked_mid_compare_is_one_line_exit_2_and_the_run_marked(tmp_path, emulator,

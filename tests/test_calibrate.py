@@ -4,7 +4,6 @@ on the fast fake engine that compare then uses to plan its first round."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 import core
 import storage
 from bot._runs import calibration_plans
-from tests.conftest import ROOT, SPECPERF
+from tests.conftest import ROOT, specperf_in_process
 
 
 def test_plan_needs_more_launches_and_a_wider_margin_as_the_spread_grows():
@@ -51,12 +50,12 @@ def test_calibrate_stores_the_spread_that_compare_plans_with(repo, tmp_path, unu
         f'[engines.fake]\nkind = "command"\nrepo = "{path}"\nsource_dir = "src"\npython = "{sys.executable}"\n'
         f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {unused_tcp_port}\n'
         f'env = {{ PYTHONPATH = "{ROOT}" }}\n[engines.fake.modes]\nbaseline = []\n'
-        '[compare]\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        # trials judged disturbed (any on a shared machine) are kept: 4 launches, not up to 12
+        '[compare]\ncooldown_s = 0\non_disturbed = "keep"\nmodes = ["baseline"]\n'
         '[workloads.default]\noutput_len = 64\nconcurrency = 2\nrequests = 6\nwarmup_requests = 1\n')
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
-    done = subprocess.run([*SPECPERF, "--config", str(config), "calibrate", "--commit", "base", "--launches", "2",
-                           "--db", f"sqlite:///{tmp_path}/db.sqlite"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    done = specperf_in_process(["--config", config, "calibrate", "--commit", "base", "--launches", "2",
+                                "--db", f"sqlite:///{tmp_path}/db.sqlite"], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "A/A" in done.stdout and "calibration baseline: launch-to-launch spread" in done.stdout
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")

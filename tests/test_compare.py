@@ -18,7 +18,7 @@ from sqlmodel import Session, select
 import core
 import storage
 from core.testing import FakeHost, fake_engine_config
-from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, specperf_in_process
 from tests.fake_engine_repo import fake_engine
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
@@ -373,15 +373,14 @@ def test_a_busy_host_refuses_the_run_with_a_host_error_stored_as_refused(repo, t
         while not any(os.path.realpath(f"/proc/{holder.pid}/fd/{fd}") == str(device)
                       for fd in os.listdir(f"/proc/{holder.pid}/fd")) and time.monotonic() < deadline:
             time.sleep(0.05)  # until the holder has the "device" open
-        out = subprocess.run([*SPECPERF, "--config", str(config), "compare", "slow", "--modes", "baseline",
-                              "--db", url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        out = specperf_in_process(["--config", config, "compare", "slow", "--modes", "baseline", "--db", url],
+                                  cwd=ROOT, env=env)
         assert out.returncode == 5, out.stdout + out.stderr
         assert "REFUSED" in out.stdout and f"pid {holder.pid}" in out.stdout
         stored = storage.list_runs(storage.open_database(url), None, 5)
         (run, verdicts), = stored
         assert run.status == "refused" and f"pid {holder.pid}" in run.reason and verdicts == []
-        show = subprocess.run([*SPECPERF, "--config", str(config), "show", str(run.id), "--db", url],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        show = specperf_in_process(["--config", config, "show", run.id, "--db", url], cwd=ROOT, env=env)
         assert show.returncode == 0, show.stderr
         assert f"run {run.id} (refused)" in show.stdout and f"reason: {run.reason.splitlines()[0]}" in show.stdout
         assert "no trial was measured" in show.stdout and "chart:" not in show.stdout

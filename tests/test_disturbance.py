@@ -17,7 +17,7 @@ import core
 from bot._common import disturbed_lines
 from core import _host_agent
 from core._disturbance import power_cap_share
-from tests.conftest import SPECPERF
+from tests.conftest import specperf_in_process
 
 NVML = Path(__file__).parent / "fixtures" / "nvml"
 LIMITS = core.DisturbanceConfig()
@@ -259,8 +259,7 @@ def test_env_watch_runs_the_monitor_alone_and_judges_it(tmp_path):
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path)}
     hog = subprocess.Popen(["taskset", "--cpu-list", "1" if os.cpu_count() > 1 else "0", sys.executable, "-c", HOG])
     try:
-        done = subprocess.run([*SPECPERF, "env", "--watch", "1.5", "--json", str(out)], capture_output=True, text=True,
-                              env=env, timeout=60)
+        done = specperf_in_process(["env", "--watch", "1.5", "--json", out], env=env)
     finally:
         hog.kill()
         hog.wait()

@@ -1,5 +1,6 @@
-"""``specperf env`` as a person runs it: the console script in a subprocess, on the CPU test engine
-(embedded default config), and ``--diff`` over snapshot files."""
+"""``specperf env`` as a person runs it (the console script's ``main``, run in this process: its
+exit status, standard output and error), on the CPU test engine (embedded default config), and
+``--diff`` over snapshot files."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlmodel import Session
 
 import core
 import storage
-from tests.conftest import SPECPERF
+from tests.conftest import specperf_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
@@ -23,7 +24,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 def specperf(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPECPERF_CONFIG"}
     env.update(SPECPERF_HOME=str(home), COLUMNS="250")
-    return subprocess.run([*SPECPERF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    return specperf_in_process(list(args), cwd=cwd, env=env)
 
 
 def ask(python: Path, code: str) -> str:

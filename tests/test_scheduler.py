@@ -230,7 +230,9 @@ async def test_ticks_missed_while_the_bot_was_down_run_once_after_restart(tmp_pa
         await again.stop()
 
 
-async def test_one_scheduler_for_two_bots(tmp_path, emulator, monkeypatch, unused_tcp_port_factory):
+async def test_one_scheduler_for_two_bots(tmp_path, emulator, monkeypatch):
+    """Two schedulers on one data directory: the second is refused and names the first's process
+    (two real bot processes: test_one_scheduler_for_two_bot_processes, an e2e test)."""
     home = tmp_path / "home"
     monkeypatch.setenv("SPECPERF_HOME", str(home))
     repo = tmp_path / "engine-repo"
@@ -245,7 +247,15 @@ async def test_one_scheduler_for_two_bots(tmp_path, emulator, monkeypatch, unuse
     await second.stop()
     await first.stop()
 
-    # two real `specperf bot` processes with the same data directory
+
+@pytest.mark.e2e
+async def test_one_scheduler_for_two_bot_processes(tmp_path, emulator):
+    """Two real `specperf bot` processes with the same data directory: the second says which
+    process runs the schedules."""
+    home = tmp_path / "home"
+    repo = tmp_path / "engine-repo"
+    make_repo(repo)
+    _config(tmp_path, repo, emulator.api_url, _watch("0 3 * * *"))
     env = {**os.environ, "SPECPERF_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     argv = [*SPECPERF, "--config", str(tmp_path / "specperf.toml"), "bot", "--mode", "http", "--port", "0",
             "--db", f"sqlite:///{tmp_path}/bot.db"]

@@ -96,11 +96,11 @@ def test_owner_liveness_by_identity_and_lease(tmp_path):
         session.commit()
     assert storage.owner_alive(db, elsewhere, now + dt.timedelta(seconds=1))
     assert not storage.owner_alive(db, elsewhere, now + dt.timedelta(seconds=3))  # its lease ran out
-    heartbeat = storage.keep_alive(db, lease_s=2.0)  # this process's own lease, renewed by a thread
-    time.sleep(2.5)
+    heartbeat = storage.keep_alive(db, lease_s=1.0)  # this process's own lease, renewed by a thread
+    time.sleep(1.25)  # renewed every 0.33 s: the last renewal is newer than the first by 0.9 s or more
     with Session(db) as session:
         renewed = session.get(storage.Owner, me["instance"]).renewed_at
-    assert dt.datetime.now(dt.UTC) - renewed.replace(tzinfo=dt.UTC) < dt.timedelta(seconds=1.5)
+    assert dt.datetime.now(dt.UTC) - renewed.replace(tzinfo=dt.UTC) < dt.timedelta(seconds=0.75)
     heartbeat.stop()
     with Session(db) as session:
         assert session.get(storage.Owner, me["instance"]) is None  # released on a clean stop

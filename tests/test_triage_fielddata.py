@@ -4,14 +4,11 @@ source (env registries, argparse defaults, dataclass fields)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 import core
 from core._triage import _Hunk, declared_default, dependency_changes, gate_state
-from tests.conftest import local_host
-from tests.test_triage import commit, engine, model_dir
+from tests.test_triage import commit, engine, model_dir, triage
 
 WATCHED = core.TriageConfig().rules_for("sglang", "sglang").dependency_packages
 
@@ -73,8 +70,7 @@ def test_nccl_pin_in_the_dockerfile_ranks_first(tmp_path):
     shas["attn"] = commit(repo, "attn", "attention: a field", {
         "python/sglang/srt/layers/attention/flashinfer_backend.py": "class Backend:\n    tiles = 2\n"})
     model = model_dir(tmp_path / "models", "llama", "LlamaForCausalLM", "llama")
-    report = asyncio.run(core.triage(local_host(tmp_path / "work"), str(repo), "good", "attn",
-                                     engine(repo, model), core.TriageConfig().rules_for("sglang", "sglang")))
+    report = triage(repo, "good", "attn", engine(repo, model), core.TriageConfig().rules_for("sglang", "sglang"))
     first = report.entries[0]
     assert first.sha == shas["nccl"] and first.areas == ["dependency pins"]
     assert first.dependencies == ["nvidia-nccl-cu12 ==2.26.2 -> ==2.27.3"]
@@ -97,8 +93,8 @@ def sglang_triage(tmp_path, steps: list[tuple[str, dict[str, str]]], env=None) -
     repo = tmp_path / "sglang"
     shas = {tag: commit(repo, tag, tag, files) for tag, files in steps}
     model = model_dir(tmp_path / "models", "llama", "LlamaForCausalLM", "llama")
-    report = asyncio.run(core.triage(local_host(tmp_path / "work"), str(repo), steps[0][0], steps[-1][0],
-                                     engine(repo, model, env=env), core.TriageConfig().rules_for("sglang", "sglang")))
+    report = triage(repo, steps[0][0], steps[-1][0], engine(repo, model, env=env),
+                    core.TriageConfig().rules_for("sglang", "sglang"))
     return {tag: report.entry(sha) for tag, sha in shas.items() if tag != steps[0][0]}
 
 

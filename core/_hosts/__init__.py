@@ -1,4 +1,4 @@
-"""Hosts: the machine an engine runs on, local or over SSH, behind one interface.
+"""Hosts: the machine an engine runs on, local, over SSH or a Slurm node, behind one interface.
 
 A :class:`Host` runs commands with a timeout, starts long-running processes, reads and
 writes files, stops process groups, forwards the engine's port, and holds the host lock.
@@ -6,7 +6,8 @@ Everything is an argv list: over SSH the words (exec prefix first) are joined wi
 :func:`shlex.join`, so no user text reaches the remote shell unquoted.
 
 A small package: :mod:`~core._hosts.base` (the interface, command results, engine handles),
-:mod:`~core._hosts.local` (this machine) and :mod:`~core._hosts.ssh` (asyncssh: one reused
+:mod:`~core._hosts.local` (this machine), :mod:`~core._hosts.slurm` (a Slurm partition: jobs
+submitted from here, the engine local on the node) and :mod:`~core._hosts.ssh` (asyncssh: one reused
 connection, checked host keys, commands tied to the channel by the helper
 :mod:`core._host_agent`). Only ``core`` imports it; front ends use ``core.open_host``.
 """
@@ -18,17 +19,27 @@ from pathlib import Path
 from core._config import HostConfig
 from core._hosts.base import CommandResult, EngineHandle, Host, Spawned
 from core._hosts.local import LocalHost
+from core._hosts.slurm import SlurmHost, SlurmJob
 from core._hosts.ssh import SshHost
 
-__all__ = ["CommandResult", "EngineHandle", "Host", "LocalHost", "Spawned", "SshHost", "open_host"]
+__all__ = ["CommandResult", "EngineHandle", "Host", "LocalHost", "SlurmHost", "SlurmJob", "Spawned", "SshHost",
+           "open_host"]
 
 
-def open_host(name: str, config: HostConfig, local_workdir: Path) -> Host:
-    """The :class:`Host` for ``[hosts.<name>]``: SSH when ``ssh`` is set, else local.
+def open_host(name: str, config: HostConfig, local_workdir: Path, source: str = "the config file") -> Host:
+    """The :class:`Host` for ``[hosts.<name>]``: by its ``kind``, Slurm, SSH or local.
 
     ``local_workdir`` (the data directory) is the local host's default work directory; an
-    SSH host's default is ``/var/tmp/specperf``. Nothing connects until first use.
+    SSH host's default is ``/var/tmp/specperf``. ``source``: the config file the host was
+    read from (:attr:`Config.source`), named by errors that ask for a key to be changed.
+    Nothing connects until first use.
     """
-    if config.ssh:
-        return SshHost(name, config, config.workdir or "/var/tmp/specperf")
-    return LocalHost(name, config, config.workdir or str(local_workdir))
+    host: Host
+    if config.kind == "slurm":
+        host = SlurmHost(name, config, config.workdir or "")
+    elif config.ssh:
+        host = SshHost(name, config, config.workdir or "/var/tmp/specperf")
+    else:
+        host = LocalHost(name, config, config.workdir or str(local_workdir))
+    host.source = source
+    return host

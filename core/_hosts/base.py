@@ -54,7 +54,10 @@ class Spawned(ABC):
 
 
 class Host(ABC):
-    """A machine that runs engines; see the module docstring. Use as ``async with``."""
+    """A machine that runs engines; see the module docstring. Use as ``async with``.
+    ``source``: the config file it was read from (set by :func:`core.open_host`)."""
+
+    source = "the config file"
 
     def __init__(self, name: str, config: HostConfig, workdir: str) -> None:
         self.name = name

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -79,7 +80,8 @@ class LocalHost(Host):
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
-            proc.terminate()  # the helper stops the command's group
+            with contextlib.suppress(ProcessLookupError):  # it may have ended already: the cancel still stands
+                proc.terminate()  # the helper stops the command's group
             await proc.wait()
             raise
         return self._result(argv, proc.returncode, stdout, stderr, timeout_s)

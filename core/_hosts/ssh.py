@@ -166,9 +166,7 @@ class SshHost(Host):
             cfg = self.config
             known_hosts = cfg.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
             if not os.path.isfile(known_hosts):
-                raise HostError(f"hosts.{self.name}.known_hosts: {known_hosts} does not exist; add the host's key "
-                                f"(ssh-keyscan -p {cfg.port} {self.address} >> {known_hosts}, after checking its "
-                                "fingerprint) or point known_hosts at a file that has it")
+                raise HostError(f"{self._known_hosts_key()}: {known_hosts} does not exist; {self._add_key(known_hosts)}")
             options = dict(port=cfg.port, connect_timeout=cfg.connect_timeout_s, keepalive_interval=5,
                            keepalive_count_max=3, known_hosts=known_hosts)
             if self.user:
@@ -186,15 +184,15 @@ class SshHost(Host):
                 self._conn = await asyncssh.connect(self.address, **options)
             except asyncssh.HostKeyNotVerifiable as exc:
                 if not _knows(known_hosts, self.address, cfg.port):
-                    raise HostError(
-                        f"{known_hosts} has no key for {self.address}:{cfg.port} (host {self.name}); add it "
-                        f"(ssh-keyscan -p {cfg.port} {self.address} >> {known_hosts}, after checking its "
-                        "fingerprint); specperf never skips the check") from None
+                    raise HostError(f"{self._known_hosts_key()}: {known_hosts} has no key for {self.address}:{cfg.port} "
+                                    f"(host {self.name}); "
+                                    f"{self._add_key(known_hosts)}; specperf never skips the check") from None
+                entry = self.address if cfg.port == 22 else f"[{self.address}]:{cfg.port}"
                 raise HostError(
-                    f"host key of {self.address}:{cfg.port} (host {self.name}) is not the one in "
-                    f"{known_hosts}: it changed or this is another machine ({exc}). "
-                    "If the change is expected, remove the old key (ssh-keygen -R) and add the new one; "
-                    "specperf never skips the check") from None
+                    f"{self._known_hosts_key()}: the host key of {self.address}:{cfg.port} is not the one in "
+                    f"{known_hosts}: it changed or this is another machine ({exc}). If the change is expected, "
+                    f"remove the old key ({shlex.join(['ssh-keygen', '-R', entry, '-f', known_hosts])}) and "
+                    f"{self._add_key(known_hosts)}; specperf never skips the check") from None
             except asyncssh.PermissionDenied:
                 raise HostError(f"SSH authentication to {cfg.ssh} (host {self.name}) failed: set "
                                 "identity_file or load the key into ssh-agent") from None
@@ -203,6 +201,17 @@ class SshHost(Host):
                 raise HostError(f"cannot reach host {self.name} ({cfg.ssh}:{cfg.port}){via}: "
                                 f"{_why(exc)}; check the address, port and network") from None
             return self._conn
+
+    def _known_hosts_key(self) -> str:
+        """Where the host-key file is set: the config file and key, for errors about it."""
+        return f"{self.source}: hosts.{self.name}.known_hosts"
+
+    def _add_key(self, known_hosts: str) -> str:
+        """What to do when ``known_hosts`` lacks this host's key: the command to run, or the key
+        to change."""
+        scan = f"ssh-keyscan -p {self.config.port} {shlex.quote(self.address)} >> {shlex.quote(known_hosts)}"
+        return (f"add the host's key ({scan}, after checking its fingerprint with ssh-keygen -lf), or set "
+                f"hosts.{self.name}.known_hosts in {self.source} to a file that has it")
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -1,16 +1,19 @@
-"""Secrets never reach a stored row: values of secret-looking names are replaced by
-``<redacted>`` before runs' settings, trials' argv and error texts are written.
+"""The one redaction rule of specperf's own process: values of secret-looking names are
+replaced by ``<redacted>`` before they reach a stored row (runs' settings, trials' argv, error
+texts), a configuration error, or a text posted to Slack or logged after a Slack failure.
 
 Secret-looking: a name holding KEY, TOKEN, SECRET or PASSWORD (the environment probe's rule,
-core._probe_script). Three places carry them: an ``env`` table entry of such a name (its value,
-literal or from ``${VAR}``), the value of any such environment variable wherever it was
-expanded into a string (``--api-key ${VLLM_API_KEY}``), and the argument after, or the value
-in, a command-line option of such a name (``--api-key sk-...``, ``--hf-token=...``).
+core._probe_script, which runs on hosts standalone). Four places carry them: an ``env`` table
+entry of such a name (its value, literal or from ``${VAR}``), the value of any such environment
+variable wherever it was expanded into a string (``--api-key ${VLLM_API_KEY}``), the argument
+after, or the value in, a command-line option of such a name (``--api-key sk-...``,
+``--hf-token=...``), and the password of a URL (``postgresql://user:pw@host``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 REDACTED = "<redacted>"
@@ -48,17 +51,20 @@ def _redact_argv(argv: list, secrets: list[str]) -> list:
     return out
 
 
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@\s/]+@")
+
+
 def _redact_text(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, REDACTED)
-    return text
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}@", text)
 
 
 def redact(value, secrets: list[str] | None = None):
     """``value`` (JSON-like: dicts, lists, strings) with secrets replaced by ``<redacted>``: in
     dicts, values under secret-looking keys; in lists of strings, option arguments of
     secret-looking options; in every string, the values of secret-looking environment
-    variables of this process."""
+    variables of this process and URLs' passwords; anything else as is."""
     secrets = _environment_secrets() if secrets is None else secrets
     if isinstance(value, str):
         return _redact_text(value, secrets)

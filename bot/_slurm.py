@@ -1,0 +1,246 @@
+"""Compares on a Slurm host (``kind = "slurm"``, :class:`core.SlurmHost`): one Slurm batch job
+per compare, holding one node for all its launches (both arms, ABBA, on the same GPUs).
+
+Where jobs are submitted (the CLI, the bot): :func:`submit` records the run, writes the job's
+spec (``<workdir>/jobs/run-<id>.json``, readable by this user only: it holds the database
+URL) and calls ``sbatch``; :func:`follow` relays Slurm's state (pending reason, node) and the
+trials the job streams into the database until the job ends. Slurm, not specperf's host
+lock, decides when and where a compare runs.
+
+On the node, inside the job (``python -m bot._slurm SPEC``): :func:`run_job` runs the compare
+with the engine, probes, window monitor, GPU hygiene and the benchmark client all on the node,
+recording into the run as it goes (the node reaches the database: a SQLite file on the shared
+file system, or PostgreSQL). When Slurm ends the job (``scancel``, time limit, preemption) it
+sends SIGTERM: the worker stops the engine's process group and marks the run interrupted.
+
+:func:`settle` (run by every command that reconciles) closes the runs of jobs that Slurm has
+ended, with Slurm's state and reason (``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``...), also
+when the worker never got the chance (SIGKILL, node failure, a job cancelled while pending).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from typing import cast
+
+import core
+import storage
+from bot._common import open_host, owner_alive
+
+# What each final Slurm state means for the run (Slurm's JobState names).
+_ENDED = {
+    "COMPLETED": "ended", "TIMEOUT": "reached its time limit", "CANCELLED": "was cancelled (scancel)",
+    "PREEMPTED": "was preempted", "NODE_FAIL": "lost its node (node failure)", "FAILED": "failed",
+    "OUT_OF_MEMORY": "ran out of memory", "BOOT_FAIL": "could not boot its node", "DEADLINE": "passed its deadline",
+}
+_KILLED = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})  # Slurm ended it
+_SIGTERM = "Slurm signalled the job to end"
+
+
+def ended_reason(job: core.SlurmJob) -> str:
+    """``Slurm job 12 reached its time limit (TIMEOUT, TimeLimit) on node1``."""
+    what = _ENDED.get(job.state, f"ended {job.state}")
+    detail = ", ".join(x for x in (job.state, job.reason) if x)
+    return f"Slurm job {job.job_id} {what} ({detail})" + (f" on {job.node}" if job.node else "")
+
+
+async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra: dict | None = None) -> tuple[int, str]:
+    """Record the run and submit its job; returns (run id, Slurm job id).
+
+    Raises:
+        core.HostError: sbatch refused the job (the run is then marked failed with its words).
+    """
+    host = cast(core.SlurmHost, request.host)
+    store = storage.RunStore(db)
+    run_id = await asyncio.to_thread(store.create, request, *shas, {
+        **(extra or {}), "client": "on the Slurm node, beside the engine",
+        "slurm": {"job_id": None}})
+    jobs = f"{host.workdir}/jobs"
+    await host.makedirs(jobs)
+    spec_path = f"{jobs}/run-{run_id}.json"
+    spec = {"run_id": run_id, "db_url": db.url.render_as_string(hide_password=False), "host_name": host.name,
+            "host": host.config.model_dump(mode="json"), "engine_name": request.engine_name,
+            "engine": request.engine.model_dump(mode="json"), "workload_name": request.workload_name,
+            "workload": request.workload.model_dump(mode="json"), "head_ref": request.head_ref,
+            "base_ref": request.base_ref, "modes": request.modes,
+            "settings": request.settings.model_dump(mode="json"), "shas": list(shas),
+            "force_clean": request.force_clean}
+    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(spec, fh)
+    python = (host.config.slurm and host.config.slurm.python) or sys.executable
+    try:
+        job_id = await host.submit(run_id, [python, "-m", "bot._slurm", spec_path], f"{jobs}/run-{run_id}.log")
+    except core.HostError as exc:
+        await asyncio.to_thread(storage.mark_abandoned, db, run_id, str(exc), "failed")
+        raise
+    await asyncio.to_thread(storage.update_settings, db, run_id, "slurm",
+                            {"job_id": job_id, "job_name": f"{core.SlurmHost.JOB_PREFIX}{run_id}",
+                             "state": "PENDING", "log": f"{jobs}/run-{run_id}.log"})
+    return run_id, job_id
+
+
+async def _load(db, run_id: int) -> storage.StoredRun:
+    stored = await asyncio.to_thread(storage.load_run, db, run_id)
+    if stored is None:
+        raise core.ConfigError(f"no run {run_id} in the database")
+    return stored
+
+
+async def follow(db, host: core.SlurmHost, run_id: int, observer: core.CompareObserver | None = None) -> storage.Run:
+    """Relay run ``run_id``'s job until Slurm ends it: each change of Slurm's state (with the
+    pending reason and node) and each trial the job records, as ``observer.progress`` lines;
+    then :func:`settle` it. Returns the run as finally stored."""
+    slurm = host.config.slurm
+    poll_s = slurm.poll_s if slurm else 2.0
+    observer = observer or core.CompareObserver()
+    said, told = "", set()
+    while True:
+        stored = await _load(db, run_id)
+        job_id = stored.run.settings["slurm"]["job_id"]
+        job = await host.job(job_id)
+        line = job.line() if job else f"Slurm job {job_id}: unknown to Slurm"
+        if line != said:
+            observer.progress(line)
+            said = line
+        for trial in stored.trials:
+            if trial.status != "running" and trial.seq not in told:
+                told.add(trial.seq)
+                arm = stored.arms[trial.arm_id]
+                what = f"{trial.output_tok_s:,.1f} tok/s" if trial.status == "ok" else trial.status
+                observer.progress(f"trial {trial.seq}: {arm.mode} {arm.role}: {what}")
+        if job is None or not job.active:
+            break
+        await asyncio.sleep(poll_s)
+    await _settle_one(db, host, stored.run)
+    return (await _load(db, run_id)).run
+
+
+async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
+    """Record the end of ``run``'s job once Slurm has ended it. A run the worker did not finish
+    (Slurm's signal stopped it, or it never got to: a hard kill, a node failure, a job that
+    never started or crashed) is marked with Slurm's state and reason: interrupted when Slurm
+    ended the job, failed otherwise (with where the job's output is). Returns that reason
+    (``None``: nothing to do yet, or the worker's own outcome stands)."""
+    run_id = cast(int, run.id)
+    slurm = run.settings["slurm"]
+    if not slurm.get("job_id") and owner_alive(db)(run.settings.get("owner") or {}):
+        return None  # its submitter is still at sbatch
+    job = await host.job(slurm["job_id"]) if slurm.get("job_id") else None
+    if job is not None and job.active:
+        return None
+    ended = {"ended": True, "state": job.state if job else "UNKNOWN", "reason": job.reason if job else None,
+             "node": (job.node if job else None) or slurm.get("node")}
+    await asyncio.to_thread(storage.update_settings, db, run_id, "slurm", ended)
+    fresh = (await _load(db, run_id)).run
+    if fresh.status != "running" and not (fresh.status == "interrupted" and (fresh.reason or "").startswith(_SIGTERM)):
+        return None  # the worker finished the run (done, failed, refused): its own words stand
+    killed = job is not None and job.state in _KILLED
+    why = ended_reason(job) if job else f"Slurm no longer knows job {slurm.get('job_id')} (it ended and was forgotten)"
+    if not killed and slurm.get("log"):
+        why += f"; the job's output: {slurm['log']}"
+    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed")
+    return why
+
+
+async def settle(db, config: core.Config) -> list[tuple[int, str]]:
+    """Close the runs whose Slurm job has ended without finishing them (see the module
+    docstring); returns ``[(run id, reason)]`` for each run marked."""
+    closed = []
+    for run in await asyncio.to_thread(storage.unsettled_slurm_runs, db):
+        if run.host not in config.hosts or config.hosts[run.host].kind != "slurm":
+            continue
+        async with open_host(config, run.host) as host:
+            why = await _settle_one(db, cast(core.SlurmHost, host), run)
+        if why:
+            closed.append((cast(int, run.id), why))
+    return closed
+
+
+async def cancel_and_settle(db, host: core.SlurmHost, run_id: int, job_id: str) -> None:
+    """``scancel`` our job ``job_id`` and wait for Slurm to end it (its worker stops the engine),
+    then mark run ``run_id`` (:func:`follow` without progress)."""
+    try:
+        await host.cancel(job_id)
+    except core.HostError:
+        pass  # Slurm no longer knows it: settled below all the same
+    await follow(db, host, run_id)
+
+
+def stored_result(run: storage.Run) -> core.CompareResult:
+    """The outcome of a Slurm job's run as a :class:`core.CompareResult` for a notifier: status,
+    SHAs, reason and log tail (the figures stay in the database, where reports read them)."""
+    return core.CompareResult(core.RunStatus(run.status), run.base_sha, run.head_sha, reason=run.reason,
+                              log_tail=run.log_tail)
+
+
+def killed_by_slurm(run: storage.Run) -> bool:
+    """Whether Slurm ended ``run``'s job before the run finished by its own decision (time
+    limit, preemption, node failure; not a ``scancel``): the bot re-queues such a job once, as
+    after a crash."""
+    slurm = run.settings.get("slurm") or {}
+    return run.status == "interrupted" and bool(slurm.get("ended")) and slurm.get("state") != "CANCELLED"
+
+
+async def live_line(config: core.Config, run: storage.Run) -> str | None:
+    """Slurm's state of ``run``'s job now (``Slurm job 12 PENDING (Resources)``), or as stored
+    once over; ``None`` for a run that is not a Slurm job's."""
+    slurm = run.settings.get("slurm")
+    if not slurm or not slurm.get("job_id"):
+        return None
+    if not slurm.get("ended") and run.host in config.hosts:
+        try:
+            async with open_host(config, run.host) as host:
+                job = await cast(core.SlurmHost, host).job(slurm["job_id"])
+            if job is not None:
+                return job.line()
+        except core.HostError as exc:
+            return f"Slurm job {slurm['job_id']}: state unknown ({exc})"
+    node = f" on {slurm['node']}" if slurm.get("node") else ""
+    reason = f" ({slurm['reason']})" if slurm.get("reason") else ""
+    return f"Slurm job {slurm['job_id']} {slurm.get('state', 'UNKNOWN')}{reason}{node}"
+
+
+async def run_job(spec_path: str) -> int:
+    """The job's worker on the node: run the compare of the spec at ``spec_path`` into its
+    recorded run; 0 when the compare ended on its own (done, failed or refused: the run says
+    which), 143 when Slurm ended the job."""
+    with open(spec_path) as fh:
+        spec = json.load(fh)
+    db = storage.open_database(spec["db_url"])
+    run_id = spec["run_id"]
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    host = core.SlurmHost(spec["host_name"], core.HostConfig.model_validate(spec["host"]), "").on_node(node)
+    request = core.CompareRequest(
+        engine_name=spec["engine_name"], engine=core.EngineConfig.model_validate(spec["engine"]),
+        workload_name=spec["workload_name"], workload=core.WorkloadConfig.model_validate(spec["workload"]),
+        head_ref=spec["head_ref"], base_ref=spec["base_ref"], modes=spec["modes"],
+        settings=core.CompareConfig.model_validate(spec["settings"]), host=host, force_clean=spec["force_clean"])
+    store = storage.RunStore(db)
+    await asyncio.to_thread(store.resume, run_id)
+    await asyncio.to_thread(storage.update_settings, db, run_id, "slurm",
+                            {"job_id": job_id, "node": node, "state": "RUNNING"})
+    task = asyncio.create_task(core.compare(request, store, shas=tuple(spec["shas"])))
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        await asyncio.to_thread(storage.mark_abandoned, db, run_id,
+                                f"{_SIGTERM} (job {job_id} on {node}); its engine was stopped", "interrupted")
+        return 143
+    return 0
+
+
+def main() -> None:
+    """``python -m bot._slurm SPEC``: the entry point of the batch job."""
+    sys.exit(asyncio.run(run_job(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Compares on a Slurm host against a real Slurm (tests/slurm_cluster.py: slurmctld and four
+slurmd on loopback standing in for four nodes, two GPUs of GRES each), with the fast fake
+engine (the exact-rate server from a real git repository, tests/fake_engine_repo.py): a
+compare through the CLI and one through the bot each run as one Slurm job that runs both arms
+on one node to a verdict, with job id and node stored and shown; a failed compare keeps its
+own reason, a job whose worker never ran is failed with Slurm's; a job Slurm ends (scancel,
+its time limit) leaves the run marked with Slurm's reason and no engine process; a job
+specperf did not submit is never touched. Tests run their jobs side by side (one per node) to
+keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
+(tests/conftest.py); the config test and the rules of settling a run are in the fast tier."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import core
+import storage
+from bot import load_config as load_bot_config
+from bot._slack_app import SlackBot
+from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
+from tests.fake_engine_repo import make_repo
+
+
+def slurm_host(tmp_path: Path) -> str:
+    """The Slurm host ``cluster`` (the test cluster's partition) with ``<tmp_path>/shared`` as its
+    shared folder, as TOML."""
+    return (f'[hosts.cluster]\nkind = "slurm"\nworkdir = "{tmp_path}/shared"\n'
+            '[hosts.cluster.slurm]\npartition = "test"\ngres = "gpu:2"\ntime_limit = "00:10:00"\npoll_s = 0.5\n')
+
+
+def slurm_config(tmp_path: Path, repo_path: Path, port: int, workload: str, trials: int) -> Path:
+    """A config whose only engine (the fake one) runs on the Slurm host ``cluster``."""
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        slurm_host(tmp_path) +
+        f'[engines.fake]\nkind = "command"\nhost = "cluster"\nrepo = "{repo_path}"\nsource_dir = "src"\n'
+        f'source_package = "fake_engine"\npython = "{sys.executable}"\n'
+        f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {port}\nstop_grace_s = 3\n'
+        f'env = {{ PYTHONPATH = "{ROOT}" }}\n'
+        '[engines.fake.modes]\nbaseline = []\nidle = ["--itl-scale", "50"]\n'
+        f'[compare]\nmin_trials = {trials}\nmax_trials = {trials}\ncooldown_s = 0\non_disturbed = "keep"\n'
+        f'modes = ["baseline"]\n[workloads.default]\n{workload}\n'
+    )
+    return config
+
+
+def specperf(config: Path, tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([*SPECPERF, "--config", str(config), *args, "--db", f"sqlite:///{tmp_path}/db.sqlite"],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def check_slurm_run(stored: storage.StoredRun, cluster, shared: Path, launches: int) -> dict:
+    """The run finished as one Slurm job on one node of ``cluster``: Slurm's state stored, every
+    launch (both arms) recorded by the job's worker from that node's work directory."""
+    slurm = stored.run.settings["slurm"]
+    assert stored.run.status == "done", stored.run.reason
+    assert slurm["state"] == "COMPLETED" and slurm["node"] in cluster.nodes and slurm["job_id"]
+    assert stored.run.settings["client"] == "on the Slurm node, beside the engine"
+    assert len([t for t in stored.trials if t.status == "ok"]) == launches
+    assert {stored.arms[t.arm_id].role for t in stored.trials} == {"base", "head"}
+    assert all(t.log_path.startswith(f"{shared}/nodes/{slurm['node']}/logs/") for t in stored.trials)
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    return slurm
+
+
+async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one_slurm_job(
+        slurm_cluster, tmp_path, emulator, unused_tcp_port, monkeypatch):
+    """The CLI's compare (4 ABBA pairs, to a REGRESSION) and the bot's (1 pair) run side by side,
+    each a Slurm job on a node of its own; job id and node are in the terminal report, the
+    JSON report and the Slack verdict. Beside them, two jobs that fail: a compare whose engine
+    fails to start ends FAILED with the engine's words (the job itself completes); a job whose
+    worker cannot start (no such interpreter on the node) leaves its run failed with Slurm's
+    state and where the job's output is."""
+    cli, via_bot = tmp_path / "cli", tmp_path / "bot"
+    workload = "output_len = 64\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1"
+    for where in (cli, via_bot, tmp_path / "broken", tmp_path / "no-python"):
+        make_repo(where / "repo")
+    config = slurm_config(cli, cli / "repo", unused_tcp_port, workload, trials=4)
+    proc = specperf(config, cli, "compare", "slow", "--json", str(cli / "report.json"))
+    failing = {}
+    for how, port in (("broken", unused_tcp_port + 2), ("no-python", unused_tcp_port + 3)):
+        where = tmp_path / how
+        failing[how] = slurm_config(where, where / "repo", port, workload, trials=2)
+        if how == "no-python":
+            failing[how].write_text(failing[how].read_text().replace("poll_s = 0.5\n",
+                                                                     'poll_s = 0.5\npython = "/no/such/python"\n'))
+        failing[how] = specperf(failing[how], where, "compare", "broken" if how == "broken" else "slow")
+
+    monkeypatch.setenv("SPECPERF_HOME", str(via_bot / "home"))
+    bot_config = write_config(via_bot, via_bot / "repo", unused_tcp_port + 1, emulator.api_url)
+    bot_config.write_text(slurm_host(via_bot) + bot_config.read_text().replace(
+        '[engines.fake]\nkind = "command"\n', '[engines.fake]\nkind = "command"\nhost = "cluster"\n'))
+    bot = SlackBot(load_bot_config(bot_config), storage.open_database(f"sqlite:///{via_bot}/bot.db"))
+    await bot.start()
+    try:
+        response, _ = await post_command(bot.port, form("compare slow --modes baseline"))
+        assert response.status_code == 200
+        job = await wait_for(lambda: next((j for j in storage.list_jobs(bot.db, ("done", "failed"))), None), 150,
+                             what="the bot's job to finish")
+        assert job.status == "done", job.reason
+        await wait_for(lambda: emulator.recorded("files.completeUploadExternal"), 30, what="the chart upload")
+        stored = check_verdict_thread(bot, emulator, job, "cluster", ("baseline",))
+    finally:
+        await bot.stop()
+    slurm = check_slurm_run(stored, slurm_cluster, via_bot / "shared", launches=4)
+    verdict = next(p for p in emulator.recorded("chat.postMessage") if p.body.get("blocks"))
+    assert f"Slurm job {slurm['job_id']} on node `{slurm['node']}`" in str(verdict.body["blocks"])
+
+    out, err = await asyncio.to_thread(proc.communicate, timeout=150)
+    assert proc.returncode == 0, out + err
+    assert "the benchmark client runs on the Slurm node" in out
+    assert "PENDING" in out or "RUNNING" in out  # Slurm's state was relayed while it ran
+    stored = storage.load_run(storage.open_database(f"sqlite:///{cli}/db.sqlite"), 1)
+    slurm = check_slurm_run(stored, slurm_cluster, cli / "shared", launches=8)
+    assert [v.verdict for v in stored.verdicts] == ["REGRESSION"]
+    assert f"Slurm job {slurm['job_id']} on {slurm['node']}: COMPLETED" in out
+    assert json.loads((cli / "report.json").read_text())["slurm"]["job_id"] == slurm["job_id"]
+
+    for how, proc in failing.items():
+        out, err = await asyncio.to_thread(proc.communicate, timeout=90)
+        assert proc.returncode == 3, out + err
+        run = storage.load_run(storage.open_database(f"sqlite:///{tmp_path / how}/db.sqlite"), 1).run
+        assert run.status == "failed" and run.settings["slurm"]["ended"] is True
+        if how == "broken":
+            assert run.settings["slurm"]["state"] == "COMPLETED"
+            assert "illegal memory access" in run.log_tail and not run.reason.startswith("Slurm job")
+        else:
+            log = run.settings["slurm"]["log"]
+            assert run.reason == (f"Slurm job {run.settings['slurm']['job_id']} failed (FAILED, NonZeroExitCode) on "
+                                  f"{run.settings['slurm']['node']}; the job's output: {log}")
+            assert "/no/such/python" in Path(log).read_text()
+
+
+async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, emulator,
+                                                                  unused_tcp_port, monkeypatch):
+    """Three compares as three concurrent jobs (one node each; someone else's job holds the
+    fourth, and is left alone) and a fourth compare left pending for want of a node: one
+    cancelled with Slurm's scancel, one ended by Slurm's time limit (shortened to zero while it
+    runs, so Slurm's own time-limit check ends it within its 30-s period instead of after a
+    whole minute), one running and the pending one cancelled through the bot, whose status and
+    queue show Slurm's state, node and pending reason."""
+    # mode idle: 10 tokens a second, so the three jobs stream without taking the machine's CPU
+    workload = "output_len = 2000\nrequests = 50\nwarmup_requests = 0\n"
+    foreign = slurm_cluster.run("sbatch", "--parsable", "--exclusive", "--job-name=someone-else",
+                                f"--output={tmp_path}/foreign.out", "--wrap", "sleep 300", check=True).stdout.strip()
+    runs = {}
+    for how, port in (("scancel", unused_tcp_port), ("timeout", unused_tcp_port + 1)):
+        where = tmp_path / how
+        make_repo(where / "repo")
+        config = slurm_config(where, where / "repo", port, workload, trials=2)
+        runs[how] = (where, specperf(config, where, "compare", "slow", "--modes", "idle"))
+
+    via_bot = tmp_path / "bot"
+    make_repo(via_bot / "repo")
+    monkeypatch.setenv("SPECPERF_HOME", str(via_bot / "home"))
+    bot_config = write_config(via_bot, via_bot / "repo", unused_tcp_port + 2, emulator.api_url, workload=workload)
+    bot_config.write_text(slurm_host(via_bot) + bot_config.read_text().replace(
+        '[engines.fake]\nkind = "command"\n', '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(
+        '[engines.fake.modes]\n', '[engines.fake.modes]\nidle = ["--itl-scale", "50"]\n'))
+    bot = SlackBot(load_bot_config(bot_config), storage.open_database(f"sqlite:///{via_bot}/bot.db"))
+    await bot.start()
+    try:
+        await post_command(bot.port, form("compare slow --modes idle"))
+        dbs = {how: f"sqlite:///{where}/db.sqlite" for how, (where, _) in runs.items()} | {
+            "bot": f"sqlite:///{via_bot}/bot.db"}
+        pgids = {how: await asyncio.to_thread(first_trial_pgid, url, 60) for how, url in dbs.items()}
+        assert all(group_members(pgid) for pgid in pgids.values())
+        jobs = {how: storage.load_run(storage.open_database(url), 1).run.settings["slurm"] for how, url in dbs.items()}
+        await post_command(bot.port, form("compare noop --modes idle"))  # no node left: it waits in Slurm
+        pending = await wait_for(lambda: next((r for r, _ in storage.list_runs(bot.db)
+                                               if r.id == 2 and r.settings["slurm"]["job_id"]), None), 30,
+                                 what="the second bot job's Slurm job")
+        await wait_for(lambda: "Resources" in slurm_cluster.run("squeue", "-h", "-o", "%r").stdout, 30,
+                       what="Slurm to say why it waits")
+        for name in ("queue", "status 1"):
+            await post_command(bot.port, form(name, response_url=emulator.response_url(name)))
+        replies = {name: (await wait_for(lambda name=name: [c for c in emulator.recorded("response")
+                                                             if c.body["name"] == name], 10))[0].body["text"]
+                   for name in ("queue", "status 1")}
+        running = f"Slurm job {jobs['bot']['job_id']} RUNNING on {jobs['bot']['node']}"
+        assert running in replies["queue"] and running in replies["status 1"], replies
+        assert f"Slurm job {pending.settings['slurm']['job_id']} PENDING (Resources)" in replies["queue"], replies
+
+        slurm_cluster.run("scancel", jobs["scancel"]["job_id"], check=True)
+        slurm_cluster.run("scontrol", "update", f"jobid={jobs['timeout']['job_id']}", "TimeLimit=0", check=True)
+        for job in storage.list_jobs(bot.db, ("running",)):
+            await post_command(bot.port, form(f"cancel {job.id}"))
+        await wait_for(lambda: len(storage.list_jobs(bot.db, ("cancelled",))) == 2, 60, what="both bot jobs cancelled")
+    finally:
+        await bot.stop()
+    assert "RUNNING" in slurm_cluster.run("scontrol", "-o", "show", "job", foreign).stdout  # someone else's: untouched
+    slurm_cluster.run("scancel", foreign, check=True)
+    expected = {"scancel": "was cancelled (scancel) (CANCELLED", "timeout": "reached its time limit (TIMEOUT, TimeLimit)",
+                "bot": "was cancelled (scancel) (CANCELLED"}
+    for how, url in dbs.items():
+        if how in runs:
+            out, err = await asyncio.to_thread(runs[how][1].communicate, timeout=90)
+            assert runs[how][1].returncode == 3, out + err
+        run = storage.load_run(storage.open_database(url), 1)
+        assert run.run.status == "interrupted"
+        assert run.run.reason.startswith(f"Slurm job {jobs[how]['job_id']} {expected[how]}"), run.run.reason
+        assert run.run.settings["slurm"]["ended"] is True
+        assert all(t.status != "running" for t in run.trials)
+        assert group_members(pgids[how]) == []
+        if how in runs:
+            assert run.run.reason in out
+    never_ran = storage.load_run(bot.db, 2).run
+    assert never_ran.status == "interrupted" and "was cancelled (scancel)" in never_ran.reason
+
+
+def test_slurm_host_config_errors_name_the_fix():
+    with pytest.raises(core.ConfigError, match="needs workdir"):
+        core.parse_config('[hosts.c]\nkind = "slurm"\n')
+    with pytest.raises(core.ConfigError, match="ssh is not supported"):
+        core.parse_config('[hosts.c]\nkind = "slurm"\nworkdir = "/s"\nssh = "a@b"\n')
+    with pytest.raises(core.ConfigError, match="time_limit"):
+        core.parse_config('[hosts.c]\nkind = "slurm"\nworkdir = "/s"\n[hosts.c.slurm]\ntime_limit = "soon"\n')
+    config = core.parse_config('[hosts.c]\nkind = "slurm"\nworkdir = "/s"\n[hosts.c.slurm]\npartition = "gpu"\n'
+                               'gres = "gpu:8"\naccount = "perf"\nsbatch_args = ["--reservation=r1"]\n')
+    assert config.hosts["c"].slurm.sbatch_options() == [
+        "--partition=gpu", "--gres=gpu:8", "--time=02:00:00", "--account=perf", "--exclusive", "--reservation=r1"]
+    assert isinstance(core.open_host("c", config.hosts["c"], Path("/tmp")), core.SlurmHost)
+
+
+async def test_a_job_specperf_did_not_submit_is_never_touched(slurm_cluster, tmp_path):
+    """A held job of someone else's (it never runs, so it holds no node): specperf neither lists
+    nor cancels it, even when asked for it by id."""
+    foreign = slurm_cluster.run("sbatch", "--parsable", "--hold", "--job-name=someone-else", "--comment=theirs",
+                                f"--output={tmp_path}/foreign.out", "--wrap", "sleep 60", check=True).stdout.strip()
+    try:
+        host = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+        assert isinstance(host, core.SlurmHost)
+        job = await host.job(foreign)
+        assert job is not None and job.state == "PENDING" and not job.ours
+        assert foreign not in [j.job_id for j in await host.jobs()]
+        with pytest.raises(core.HostError, match="was not submitted by specperf; not touching it"):
+            await host.cancel(foreign)
+        assert (await host.job(foreign)).state == "PENDING"
+    finally:
+        slurm_cluster.run("scancel", foreign)
+
+
+class _SaidSlurm(core.SlurmHost):
+    """A Slurm host whose ``scontrol`` answers are given (``jobs``: job id -> SlurmJob or None):
+    the rules of settling a run without a cluster."""
+
+    def __init__(self, jobs: dict, workdir: Path) -> None:
+        config = core.parse_config(slurm_host(workdir)).hosts["cluster"]
+        super().__init__("cluster", config, str(workdir))
+        self.jobs_said = jobs
+
+    async def job(self, job_id):
+        return self.jobs_said.get(job_id)
+
+
+async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_path):
+    from bot import _slurm
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    host = _SaidSlurm({}, tmp_path)
+    request = core.CompareRequest(engine_name="e", engine=core.EngineConfig(kind="command", command=["x"]),
+                                  workload_name="w", workload=core.WorkloadConfig(), head_ref="h", base_ref="b",
+                                  modes=["baseline"], settings=core.CompareConfig(), host=host)
+
+    def run(job_id, status="running", reason=None, log="/shared/jobs/run.log"):
+        run_id = storage.RunStore(db).create(request, "a" * 40, "b" * 40, {"slurm": {"job_id": job_id, "log": log}})
+        if status != "running":
+            storage.mark_abandoned(db, run_id, reason, status)
+        return run_id
+
+    def job(job_id, state, reason=None):
+        return core.SlurmJob(job_id, f"specperf-run-{job_id}", f"specperf:run={job_id}", state, reason, "gpu-7")
+
+    cases = {
+        "running": (run("1"), job("1", "RUNNING")),  # still running: nothing to do
+        "failed on its own": (run("2", "failed", "engine exited"), job("2", "COMPLETED")),
+        "stopped by SIGTERM": (run("3", "interrupted", "Slurm signalled the job to end (job 3 on gpu-7)"),
+                               job("3", "TIMEOUT", "TimeLimit")),
+        "never ran": (run("4"), job("4", "FAILED", "NonZeroExitCode")),
+        "forgotten": (run("5"), None),
+        "not yet submitted": (run(None), None),  # its submitter (this process) is still at sbatch
+    }
+    host.jobs_said = {j.job_id: j for _, j in cases.values() if j}
+    said = {run_id: await _slurm._settle_one(db, host, storage.load_run(db, run_id).run)
+            for run_id, _ in cases.values()}
+    runs = {name: storage.load_run(db, run_id).run for name, (run_id, _) in cases.items()}
+    assert said[runs["running"].id] is None and runs["running"].status == "running"
+    assert said[runs["failed on its own"].id] is None
+    assert (runs["failed on its own"].status, runs["failed on its own"].reason) == ("failed", "engine exited")
+    assert runs["failed on its own"].settings["slurm"]["ended"] is True
+    assert runs["stopped by SIGTERM"].status == "interrupted"
+    assert runs["stopped by SIGTERM"].reason == "Slurm job 3 reached its time limit (TIMEOUT, TimeLimit) on gpu-7"
+    assert _slurm.killed_by_slurm(runs["stopped by SIGTERM"])  # the bot queues its job again once
+    assert runs["never ran"].status == "failed"
+    assert runs["never ran"].reason == ("Slurm job 4 failed (FAILED, NonZeroExitCode) on gpu-7; "
+                                        "the job's output: /shared/jobs/run.log")
+    assert runs["forgotten"].status == "failed" and "Slurm no longer knows job 5" in runs["forgotten"].reason
+    assert said[runs["not yet submitted"].id] is None and runs["not yet submitted"].status == "running"
+    # a run of a Slurm job is Slurm's to settle, never closed as a dead owner's
+    assert storage.abandoned_runs(db, lambda owner: False) == []
