@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 NODES = 4
 GPUS = 2
 KILL_WAIT_S = 5  # SIGTERM to SIGKILL when Slurm ends a job (scancel, time limit)
@@ -165,7 +167,14 @@ PartitionName=test Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE Sta
         raise RuntimeError(f"{what} did not come up within {timeout_s:g} s; logs:\n{logs}")
 
     def close(self) -> None:
-        """Stop the daemons this fixture started (by their pids) and remove the folder."""
+        """Stop the daemons this fixture started (by their pids), and the job steps (slurmstepd)
+        their slurmd started, which outlive a slurmd stopped while a step ends; remove the folder."""
+        steps = []
+        for proc in self.procs:
+            try:
+                steps += psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                pass
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
@@ -175,6 +184,11 @@ PartitionName=test Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE Sta
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for step in steps:
+            try:
+                step.kill()
+            except psutil.Error:
+                pass
         pid = getattr(self, "_munged_pid", None)
         if pid:
             try:
