@@ -138,10 +138,16 @@ async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
              "node": (job.node if job else None) or slurm.get("node")}
     await asyncio.to_thread(storage.update_settings, db, run_id, "slurm", ended)
     fresh = (await _load(db, run_id)).run
-    if fresh.status != "running" and not (fresh.status == "interrupted" and (fresh.reason or "").startswith(_SIGTERM)):
-        return None  # the worker finished the run (done, failed, refused): its own words stand
     killed = job is not None and job.state in _KILLED
+    stopped_by_signal = fresh.status == "interrupted" and (fresh.reason or "").startswith(_SIGTERM)
+    # Slurm signals every process of the job at once: an engine that dies of it first fails its
+    # trial, and the worker can record "failed" before its own SIGTERM handler runs
+    failed_by_the_kill = killed and fresh.status == "failed"
+    if fresh.status != "running" and not stopped_by_signal and not failed_by_the_kill:
+        return None  # the worker finished the run (done, failed, refused): its own words stand
     why = ended_reason(job) if job else f"Slurm no longer knows job {slurm.get('job_id')} (it ended and was forgotten)"
+    if failed_by_the_kill:
+        why += f"; the worker had recorded: {fresh.reason}"
     if not killed and slurm.get("log"):
         why += f"; the job's output: {slurm['log']}"
     await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed")

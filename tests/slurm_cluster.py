@@ -168,13 +168,7 @@ PartitionName=test Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE Sta
 
     def close(self) -> None:
         """Stop the daemons this fixture started (by their pids), and the job steps (slurmstepd)
-        their slurmd started, which outlive a slurmd stopped while a step ends; remove the folder."""
-        steps = []
-        for proc in self.procs:
-            try:
-                steps += psutil.Process(proc.pid).children(recursive=True)
-            except psutil.Error:
-                pass
+        their slurmd started (detached, they outlive it and ignore SIGTERM); remove the folder."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
@@ -184,10 +178,13 @@ PartitionName=test Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE Sta
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for step in steps:
+        for step in psutil.process_iter(["name"]):  # detached from slurmd: found by this cluster's SLURM_CONF
             try:
-                step.kill()
-            except psutil.Error:
+                # read raw: psutil's parse of a retitled process's environment misses the variable
+                if (step.info["name"] == "slurmstepd"
+                        and f"SLURM_CONF={self.conf}\0".encode() in Path(f"/proc/{step.pid}/environ").read_bytes()):
+                    step.kill()
+            except (psutil.Error, OSError):
                 pass
         pid = getattr(self, "_munged_pid", None)
         if pid:

@@ -206,7 +206,7 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
             out, err = await asyncio.to_thread(runs[how][1].communicate, timeout=90)
             assert runs[how][1].returncode == 3, out + err
         run = storage.load_run(storage.open_database(url), 1)
-        assert run.run.status == "interrupted"
+        assert run.run.status == "interrupted", (how, run.run.reason)
         assert run.run.reason.startswith(f"Slurm job {jobs[how]['job_id']} {expected[how]}"), run.run.reason
         assert run.run.settings["slurm"]["ended"] is True
         assert all(t.status != "running" for t in run.trials)
