@@ -158,6 +158,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_repo(repo: Path, served_where: str) -> Path:
+    """A two-commit git repository at ``repo`` for an engine of ``kind = "command"`` (the server
+    comes from its own venv, not from the repo): the commit changes nothing served, so a compare
+    of it against its parent is an A/A of the server. ``served_where`` goes in the commit's note."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       check=True, capture_output=True, text=True)
+
+    repo.mkdir()
+    git("init", "-q")
+    (repo / "SERVING.md").write_text("served by transformers serve\n")
+    git("add", ".")
+    git("commit", "-qm", "base")
+    (repo / "SERVING.md").write_text(f"served by transformers serve, {served_where}\n")
+    git("commit", "-qam", "a commit that changes nothing served")
+    return repo
+
+
 class Hog(core.CompareObserver):
     """A CPU hog (a busy Python loop, its command line tagged ``specperf-test-hog``) on ``cpu``
     during the launches numbered in ``seqs``: started when such a trial's engine is launched,

@@ -31,18 +31,13 @@ import pytest
 
 import core
 from bench.probe_time import LOAD_CODE
-from tests.conftest import ROOT, free_port, local_host
+from tests.conftest import ROOT, free_port, local_host, server_repo
 from tests.test_env_gpu import _REASON
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or ""),
               pytest.mark.timeout(600)]
 
 LOOPED = 3  # the launch the foreign matmul loop overlaps
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   check=True, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +51,7 @@ def served(tmp_path_factory) -> dict:
     models = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(models)
     models.make_target(root / "model")
-    repo = root / "server-repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "SERVING.md").write_text("served by transformers serve\n")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "base")
-    (repo / "SERVING.md").write_text("served by transformers serve, on the GPU\n")
-    _git(repo, "commit", "-qam", "a commit that changes nothing served")
+    repo = server_repo(root / "server-repo", "on the GPU")
     return {"model": str(root / "model"), "repo": str(repo)}
 
 

@@ -17,27 +17,15 @@ from pathlib import Path
 import pytest
 
 import storage
-from tests.conftest import ROOT, SPECPERF
+from tests.conftest import ROOT, SPECPERF, server_repo
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def test_compare_of_two_commits_served_by_transformers_serve_gives_a_verdict(testenv, tmp_path, unused_tcp_port):
     python = testenv / "serve-venv/bin/python"
     assert python.exists(), "run scripts/setup-test-engine (it makes serve-venv for transformers serve)"
-    repo = tmp_path / "server-repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "SERVING.md").write_text("served by transformers serve\n")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "base")
-    (repo / "SERVING.md").write_text("served by transformers serve, on CPU\n")
-    _git(repo, "commit", "-qam", "a commit that changes nothing served")
+    repo = server_repo(tmp_path / "server-repo", "on CPU")
     config = tmp_path / "specperf.toml"
     config.write_text(
         f'[engines.hf]\nkind = "command"\nrepo = "{repo}"\npython = "{python}"\n'
