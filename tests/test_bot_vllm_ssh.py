@@ -22,7 +22,7 @@ from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for
 from tests.slack_emulator import SIGNING_SECRET
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(900)]
 
 
 async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, sshd, emulator, tmp_path,

@@ -255,17 +255,22 @@ def test_disturbance_settings_in_the_config():
 
 
 def test_env_watch_runs_the_monitor_alone_and_judges_it(tmp_path):
+    # an engine on the last CPU this process may use (scripts/test runs the tests without an
+    # engine beside the real-engine tests, kept off the real engine's CPU)
+    cpu = max(os.sched_getaffinity(0))
+    config = tmp_path / "specperf.toml"
+    config.write_text(f'[engines.stand-in]\nkind = "vllm"\npython = "{sys.executable}"\nmodel = "m"\ncpus = [{cpu}]\n')
     out = tmp_path / "watch.json"
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path)}
-    hog = subprocess.Popen(["taskset", "--cpu-list", "1" if os.cpu_count() > 1 else "0", sys.executable, "-c", HOG])
+    hog = subprocess.Popen(["taskset", "--cpu-list", str(cpu), sys.executable, "-c", HOG])
     try:
-        done = specperf_in_process(["env", "--watch", "1.5", "--json", out], env=env)
+        done = specperf_in_process(["--config", config, "env", "--watch", "1.5", "--json", out], env=env)
     finally:
         hog.kill()
         hog.wait()
     assert done.returncode == 0, done.stderr
     saved = json.loads(out.read_text())
-    assert saved["window"]["engine_cpus"] == [1 if os.cpu_count() > 1 else 0]  # the default engine's cpus
+    assert saved["window"]["engine_cpus"] == [cpu]  # the configured engine's cpus
     assert any(p["pid"] == hog.pid for p in saved["window"]["foreign_processes"])
     assert saved["disturbed"]["disturbed"] and "DISTURBED" in done.stdout
     assert "busiest other processes" in done.stdout

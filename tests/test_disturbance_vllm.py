@@ -18,7 +18,7 @@ import core
 from bot._runs import stored_report
 from tests.conftest import HOGGED
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(1800)]
 
 
 def test_hog_on_the_engine_cpu_is_named_and_its_pairs_measured_again(slow_spec_compare):

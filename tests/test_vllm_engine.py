@@ -18,13 +18,14 @@ import pytest
 from core import EngineError, InvalidSampleError, WorkloadConfig, measure
 from tests.conftest import default_config, free_port, group_members
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.launch]
 
 
 @pytest.fixture
 def engine(testenv):
-    """The test engine as vLLM runs by default: the engine core in a process of its own (the
-    embedded config keeps it in the API server's process to launch faster)."""
+    """The test engine as vLLM runs by default on a CPU: the API server, its engine core
+    process and a model worker process under it (the embedded config runs the model in the
+    engine core's process, one process start fewer)."""
     default = default_config(testenv).engine("tiny-vllm")
     return default.model_copy(update={"port": free_port(),
                                       "env": {**default.env, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})
