@@ -225,9 +225,22 @@ async def test_the_host_lock_makes_a_second_compare_wait_or_fail(tmp_path):
 
 
 def hold_device(device: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:
-    """A process that holds ``device`` open, as a CUDA process holds /dev/nvidia0."""
-    return subprocess.Popen([sys.executable, "-c", f"f = open({str(device)!r}); import time; time.sleep(600)"],
+    """A process that holds ``device`` open, as a CUDA process holds /dev/nvidia0; returned once
+    it does (before that, a busy machine can show the forked child with pytest's command line)."""
+    proc = subprocess.Popen([sys.executable, "-c", f"f = open({str(device)!r}); import time; time.sleep(600)"],
                             stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not _holds(proc.pid, device):
+        assert proc.poll() is None and time.monotonic() < deadline, "the device-holding process did not start"
+        time.sleep(0.01)
+    return proc
+
+
+def _holds(pid: int, path: Path) -> bool:
+    try:
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # gone, or a descriptor closed while listed
+        return False
 
 
 async def test_gpu_hygiene_refuses_foreign_holders_cleans_ours_and_force_cleans(sshd, tmp_path):
