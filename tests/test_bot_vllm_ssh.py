@@ -4,7 +4,7 @@ run by the host's worker on the vLLM CPU test engine through the OpenSSH server 
 (worktrees, probe and every launch on the "remote" host, the client through the SSH tunnel),
 and a threaded verdict whose numbers are the stored run's, with the chart uploaded.
 
-Slow: eight launches of vLLM (about 5 minutes). This is also the SSH issue's real compare
+Slow: eight launches of vLLM (about 5 minutes), 8 requests each. This is also the SSH issue's real compare
 end to end: the draft that is never accepted must show as a regression of acceptance length;
 and the suite's quiet compare: no launch judged disturbed.
 """
@@ -39,7 +39,9 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     config = default.model_copy(update={
         "hosts": {**default.hosts, "loopback": sshd.host_config(workdir=str(tmp_path / "remote"))},
         "engines": {"tiny-vllm": engine}, "slack": slack,
-        "compare": default.compare.model_copy(update={"cooldown_s": 1})})
+        "compare": default.compare.model_copy(update={"cooldown_s": 1}),
+        # half the default workload: acceptance 4 -> 1 is far outside any launch-to-launch noise
+        "workloads": {"default": default.workload("default").model_copy(update={"requests": 8})}})
     bot = SlackBot(config, storage.open_database(f"sqlite:///{tmp_path}/bot.db"))
     await bot.start()
     try:
