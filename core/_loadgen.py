@@ -3,9 +3,9 @@
 Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serve``,
 ``sglang.bench_serving``):
 
-* request sent: the moment aiohttp writes the request (headers with the body) to the socket
-  (its ``on_request_chunk_sent`` trace signal), so the client's own queuing at high
-  concurrency is not charged to the engine; before that event the issue time stands in.
+* request sent: the moment the request (headers with the body) is written to the socket,
+  on a connection already open (core/_http_stream.py), so the client's own queuing at high
+  concurrency is not charged to the engine; before that the issue time stands in.
 * TTFT: request sent -> first chunk carrying generated text. A read from the socket gets one
   timestamp, shared by the events it holds.
 * ITL: gaps between successive chunks carrying text (a chunk may hold several tokens under
@@ -32,13 +32,13 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
+from urllib.parse import urlsplit
 
-import aiohttp
 import numpy as np
 
 from core._config import WorkloadConfig
 from core._errors import SpecperfError
+from core._http_stream import StreamConnection
 from core._workload import make_prompts
 
 
@@ -254,26 +254,45 @@ class _StreamParser:
         self.finished_choices: dict[int, bool] = {}  # choice index -> has a finish_reason
 
     def feed(self, data: bytes, now: float) -> None:
-        """Parse the complete lines of ``data`` (bytes as read), all stamped ``now``."""
+        """Parse the complete lines of ``data`` (bytes as read), all stamped ``now``.
+
+        A read whose events are all plain text events (as :func:`_plain_text_chunk` would
+        judge each one) is counted from byte counts over the whole read, without splitting it
+        into lines; this holds because a request asks for one choice, so an event carries at
+        most one ``finish_reason`` and one text key. Any other read is parsed line by line.
+        """
         if self.buffer:
             data = self.buffer + data
         end = data.rfind(b"\n") + 1
         self.buffer = data[end:]
-        for line in data[:end].splitlines():
+        block = data[:end]
+        events = block.count(b"\ndata:") + block.startswith(b"data:")
+        key, spaced = self.text_keys
+        if events and block.count(key) + block.count(spaced) == events \
+                and block.count(b'"finish_reason":null') + block.count(b'"finish_reason": null') == events \
+                and key + b'"' not in block and spaced + b'"' not in block \
+                and b'"usage":{' not in block and b'"usage": {' not in block and b'"error"' not in block:
+            self._text(now, events)
+            return
+        for line in block.splitlines():
             if line[:5] == b"data:":
                 if _plain_text_chunk(line, self.text_keys):
                     self._text(now)
                 else:
                     self._event(line[5:], now)
 
-    def _text(self, now: float) -> None:
+    def _text(self, now: float, chunks: int = 1) -> None:
+        """``chunks`` text chunks arrived in one read at ``now``: the first after the previous
+        read's gap, the rest 0 ms after it."""
         record = self.record
         if self.last_text_s is None:
             record.ttft_ms = (now - record.start_s) * 1000.0
         else:
             record.itl_ms.append((now - self.last_text_s) * 1000.0)
+        if chunks > 1:
+            record.itl_ms.extend([0.0] * (chunks - 1))
         self.last_text_s = now
-        record.text_chunks += 1
+        record.text_chunks += chunks
 
     def _event(self, payload: bytes, now: float) -> None:
         if payload.strip() == b"[DONE]":
@@ -312,34 +331,29 @@ class _StreamParser:
 
 
 async def _one_request(
-    session: aiohttp.ClientSession, url: str, body: dict, record: RequestRecord, api: str, timeout_s: float
+    connection: StreamConnection, path: str, url: str, body: bytes, record: RequestRecord, api: str, timeout_s: float
 ) -> None:
     parser = _StreamParser(record, api)
+
+    def sent(now: float) -> None:
+        record.start_s = now
+
     try:
-        async with asyncio.timeout(timeout_s), session.post(url, json=body, trace_request_ctx=record) as response:
-            if response.status != 200:
-                text = (await response.read()).decode(errors="replace")[:300]
-                record.error = f"HTTP {response.status} from {url}: {text}"
-                record.end_s = time.monotonic()
-                return
-            read, feed, clock = response.content.readany, parser.feed, time.monotonic
-            while data := await read():
-                feed(data, clock())
+        async with asyncio.timeout(timeout_s):
+            status = await connection.post(path, body, parser.feed, sent)
+        if status != 200:
+            record.error = f"HTTP {status} from {url}: {connection.error_body.decode(errors='replace')[:300]}"
+            record.end_s = time.monotonic()
+            return
     except TimeoutError:
         record.error = f"no complete response within request_timeout_s = {timeout_s:g} s"
-    except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc or 'connection failed'} (the engine may have died)"
     parser.finish(time.monotonic())
 
 
-async def _request_sent(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
-    """aiohttp trace hook: the request (headers with the first body chunk) is being written."""
-    if not hasattr(context, "sent_s") and isinstance(record := context.trace_request_ctx, RequestRecord):
-        context.sent_s = record.start_s = time.monotonic()
-
-
 async def _run_requests(
-    session: aiohttp.ClientSession,
+    connections: list[StreamConnection],
     base_url: str,
     model: str,
     workload: WorkloadConfig,
@@ -347,18 +361,26 @@ async def _run_requests(
     on_done: Callable[[RequestRecord], None] | None,
     length_method: str,
 ) -> list[RequestRecord]:
-    url = base_url.rstrip("/") + ("/v1/chat/completions" if workload.api == "chat" else "/v1/completions")
+    """Send ``prompts`` with ``workload.concurrency`` in flight, each slot on a connection
+    taken from ``connections`` (opened when there is none) and put back when the slot ends."""
+    endpoint = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
+    url = base_url.rstrip("/") + endpoint
+    path = (urlsplit(base_url).path.rstrip("/") + endpoint)
     records: list[RequestRecord] = []
     next_index = iter(range(len(prompts)))
 
     async def worker() -> None:
-        for index in next_index:
-            record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
-            records.append(record)
-            body = _payload(workload.api, model, prompts[index], workload.output_len, length_method)
-            await _one_request(session, url, body, record, workload.api, workload.request_timeout_s)
-            if on_done:
-                on_done(record)
+        connection = connections.pop() if connections else StreamConnection(base_url)
+        try:
+            for index in next_index:
+                record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
+                records.append(record)
+                body = json.dumps(_payload(workload.api, model, prompts[index], workload.output_len, length_method))
+                await _one_request(connection, path, url, body.encode(), record, workload.api, workload.request_timeout_s)
+                if on_done:
+                    on_done(record)
+        finally:
+            connections.append(connection)
 
     await asyncio.gather(*(worker() for _ in range(min(workload.concurrency, len(prompts)))))
     records.sort(key=lambda r: r.index)
@@ -395,20 +417,17 @@ async def run_workload(
 
     Raises:
         InvalidSampleError: a warm-up request failed or was truncated (the engine is unusable).
+        ValueError: ``base_url`` is not an http(s) URL.
     """
     # One keep-alive connection per concurrency slot, as that many independent users would
-    # have. No per-read timeout; _one_request bounds each whole request by the workload's
-    # request_timeout_s instead. The request-sent time comes from aiohttp's trace signal.
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(_request_sent)
-    connector = aiohttp.TCPConnector(limit=workload.concurrency)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0),
-        trace_configs=[trace],
-    ) as session:
+    # have, kept from the warm-up to the measured requests. No per-read timeout; _one_request
+    # bounds each whole request by the workload's request_timeout_s instead.
+    StreamConnection(base_url)  # a bad URL fails here, before anything is sent
+    connections: list[StreamConnection] = []
+    try:
         if workload.warmup_requests:
             warm = make_prompts(workload, workload.warmup_requests, stream=1)
-            warm_records = await _run_requests(session, base_url, model, workload, warm, None, length_method)
+            warm_records = await _run_requests(connections, base_url, model, workload, warm, None, length_method)
             warm_sample = Sample(warm_records, 0.0, 0.0)
             if not warm_sample.valid:
                 warm_sample.raise_if_invalid()
@@ -417,7 +436,10 @@ async def run_workload(
             if asyncio.iscoroutine(result):
                 await result
         prompts = make_prompts(workload, workload.requests, stream=0)
-        records = await _run_requests(session, base_url, model, workload, prompts, on_request_done, length_method)
+        records = await _run_requests(connections, base_url, model, workload, prompts, on_request_done, length_method)
+    finally:
+        for connection in connections:
+            connection.close()
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)
