@@ -453,8 +453,8 @@ class _Bisect:
         res.culprit = commits[hi]
         if confirmed_by is None:
             ambiguous = len(res.candidates) > 1
-            base = commits[lo - 1] if lo > 0 else good
-            [step] = await self.measure_round([("final", base, commits[hi])])
+            last_good = commits[lo - 1] if lo > 0 else good
+            [step] = await self.measure_round([("final", last_good, commits[hi])])
             what = "the last good commit" if ambiguous else "its parent"
             if step.status == "done" and step.verdict == REGRESSION:
                 self.finish(step, f"#{hi + 1} regressed against {what}: confirmed")
