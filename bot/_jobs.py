@@ -376,7 +376,8 @@ class JobQueue:
                 shas = (job.args["base_sha"], job.args["head_sha"])
                 run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
                                                     JobProgress(job, self.notifier), on_run=started)
-                run = (await self.retrying(storage.load_run, self.db, run_id, job=job)).run
+                stored = await self.retrying(storage.load_run, self.db, run_id, job=job)
+                run = stored.run
                 if slurm.killed_by_slurm(run):
                     status = await self.retrying(storage.requeue_or_fail, self.db, job.id,
                                                  self.config.slack.requeue_interrupted, run.reason, job=job)
@@ -384,7 +385,7 @@ class JobQueue:
                     if status == "queued":
                         self.wake(job.host)
                     return
-                result = slurm.stored_result(run)
+                result = slurm.stored_result(stored)
             else:
                 request = compare_request(self.config, job, host)
                 shas = (job.args["base_sha"], job.args["head_sha"])

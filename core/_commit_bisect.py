@@ -354,7 +354,7 @@ class Search:
 
 
 def _launches(result: CompareResult) -> int:
-    done = sum(len(trials) for by_role in result.trials.values() for trials in by_role.values())
+    done = sum(len(seqs) for by_role in result.seqs.values() for seqs in by_role.values())
     return done + (1 if result.status == "failed" else 0)
 
 
@@ -443,7 +443,7 @@ class _Bisect:
                                               for kind, base, head in plans])
             for (kind, base, head), step in sorted(zip(plans, steps), key=lambda done: done[0][2]):
                 base_failed = (step.status != "done" and step.result is not None
-                               and not step.result.trials[res.mode]["base"])
+                               and not step.result.seqs.get(res.mode, {}).get("base"))
                 self.finish(step, search.record(kind, base, head, step.verdict if step.status == "done" else None,
                                                 base_failed))
                 if search.confirmed:

@@ -5,19 +5,23 @@ compare through the CLI and one through the bot each run as one Slurm job that r
 on one node to a verdict, with job id and node stored and shown; a failed compare keeps its
 own reason, a job whose worker never ran is failed with Slurm's; a job Slurm ends (scancel,
 its time limit) leaves the run marked with Slurm's reason and no engine process; a job
-specperf did not submit is never touched. Tests run their jobs side by side (one per node) to
-keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
+specperf did not submit is never touched; a bisect runs the probes of each round as
+concurrent Slurm jobs on separate nodes; the fixture kills what its jobs leave behind. Tests
+run their jobs side by side (one per node) to keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
 (tests/conftest.py); the config test and the rules of settling a run are in the fast tier."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import core
@@ -26,7 +30,7 @@ from bot import load_config as load_bot_config
 from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
-from tests.fake_engine_repo import make_repo
+from tests.fake_engine_repo import linear_history, make_repo
 
 
 def slurm_host(tmp_path: Path) -> str:
@@ -215,6 +219,107 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
             assert run.run.reason in out
     never_ran = storage.load_run(bot.db, 2).run
     assert never_ran.status == "interrupted" and "was cancelled (scancel)" in never_ran.reason
+
+
+def job_times(cluster, job_id: str) -> tuple[dt.datetime, dt.datetime, str]:
+    """(start, end, node) of a job as slurmctld remembers it (``MinJobAge``)."""
+    fields = dict(word.partition("=")[::2] for word in
+                  cluster.run("scontrol", "-o", "show", "job", job_id, check=True).stdout.split())
+    return (dt.datetime.fromisoformat(fields["StartTime"]), dt.datetime.fromisoformat(fields["EndTime"]),
+            fields["BatchHost"])
+
+
+async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the_culprit(slurm_cluster, tmp_path,
+                                                                                          unused_tcp_port):
+    """``specperf bisect`` on a planted 5-commit history (c4 slows decoding, c2 never starts)
+    with three compares a round: round 2 probes c2, c3 and c4 side by side as three Slurm jobs
+    on three nodes (their run times overlap, per Slurm), skips c2, and the final compare
+    confirms c4 against its parent: three rounds instead of a sequential bisect's five. The
+    node-hours used and the sequential estimate are in the terminal, the JSON report and the
+    stored bisect run. ``exclusive = false`` with ``gres = "gpu:2"``: each job still holds a
+    node's GPUs alone, and each engine takes a free port, which the four slurmd on one machine
+    need (separate nodes would not)."""
+    shas = make_repo(tmp_path / "repo", linear_history(n=5, slow=4, broken=2))
+    config = slurm_config(tmp_path, tmp_path / "repo", unused_tcp_port,
+                          "output_len = 64\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1", trials=4)
+    config.write_text(config.read_text().replace(
+        "poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\nbisect_parallel = 3\n").replace(
+        "cooldown_s = 0\n", "cooldown_s = 0\nmargin_pct = 5.0\n"))
+    proc = specperf(config, tmp_path, "bisect", "good", "c5", "--json", str(tmp_path / "bisect.json"))
+    out, err = await asyncio.to_thread(proc.communicate, timeout=240)
+    assert proc.returncode == 0, out + err
+
+    report = json.loads((tmp_path / "bisect.json").read_text())
+    assert report["status"] == "found" and report["culprit"] == shas["c4"] and report["confirmed"], report["message"]
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    stored = storage.load_run(db, report["run_id"]).run.settings["bisect"]
+    steps = stored["steps"]
+    assert [s["number"] for s in steps] == list(range(1, len(steps) + 1)) == [s["number"] for s in report["steps"]]
+    by_round = {r: [s for s in steps if s["round"] == r] for r in range(1, 4)}
+    assert [sorted(s["head_sha"] for s in by_round[r]) for r in range(1, 4)] == [
+        [shas["c5"]], sorted([shas["c2"], shas["c3"], shas["c4"]]), [shas["c4"]]]
+    assert {s["head_sha"]: s["verdict"] for s in by_round[2]} == {
+        shas["c2"]: None, shas["c3"]: core.NO_CHANGE, shas["c4"]: core.REGRESSION}
+    assert "skipped" in next(s for s in by_round[2] if s["head_sha"] == shas["c2"])["outcome"]
+    assert by_round[3][0]["base_sha"] == shas["c3"] and by_round[3][0]["verdict"] == core.REGRESSION
+
+    # each probe ran as a Slurm job of its own; one round's jobs overlapped, each on its own node
+    runs = {s["number"]: storage.load_run(db, s["compare_run_id"]) for s in steps}
+    for step in steps:
+        job = runs[step["number"]].run.settings["slurm"]
+        assert job["ended"] and step["where"] == f"Slurm job {job['job_id']} on {job['node']}"
+        assert step["node_s"] == job["run_s"] > 0
+        assert all(group_members(t.pgid) == [] for t in runs[step["number"]].trials)
+    times = [job_times(slurm_cluster, runs[s["number"]].run.settings["slurm"]["job_id"]) for s in by_round[2]]
+    assert len({node for _, _, node in times}) == 3, times
+    assert max(start for start, _, _ in times) < min(end for _, end, _ in times), times  # all three ran at once
+
+    spend = report["spend"]
+    assert stored["spend"] == spend
+    assert (spend["parallel"], spend["compares"], spend["rounds"], spend["rounds_sequential"]) == (3, 5, 3, 5)
+    mean_h = sum(s["node_s"] for s in steps) / 3600 / len(steps)
+    assert spend["node_hours"] == pytest.approx(mean_h * 5) and spend["node_hours_sequential"] == pytest.approx(mean_h * 5)
+    assert spend["line"] in out and "round" in out  # the terminal table shows each step's round and job
+    # the default k: the partition's node count (4 here), at most 4
+    from bot import _slurm
+
+    host = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+    assert await _slurm.bisect_parallel(host) == 4
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_fixture_finds_and_kills_what_its_jobs_left(slurm_cluster, tmp_path):
+    """A job that leaves a detached process behind (as a crashed worker's engine would): the
+    fixture's clean-up (run at teardown) finds it by its environment and kills it, and nothing
+    outside the cluster's jobs."""
+    pid_file = tmp_path / "orphan.pid"
+    job = slurm_cluster.run("sbatch", "--parsable", "--job-name=leaves-an-orphan", f"--output={tmp_path}/job.out",
+                            "--wrap", f"setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo $! > {pid_file}",
+                            check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while "COMPLETED" not in slurm_cluster.run("scontrol", "-o", "show", "job", job).stdout:
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.2)
+    orphan = int(pid_file.read_text())
+    bystander = subprocess.Popen(["sleep", "300"])  # this cluster's SLURM_CONF, but no job's
+    try:
+        assert orphan in [p.pid for p in slurm_cluster.job_processes()]
+        assert orphan in slurm_cluster.kill_job_processes()
+        deadline = time.monotonic() + 10
+        while alive(orphan):
+            assert time.monotonic() < deadline, "the orphan lives on"
+            time.sleep(0.1)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_slurm_host_config_errors_name_the_fix():
