@@ -4,6 +4,7 @@ c8, c6 fails to start, real launch noise), a range with no regression, bad range
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -239,6 +240,41 @@ async def test_fake_host_bisect_finds_the_culprit_within_the_bound_and_skips_a_b
     broken = [s for s in result.steps if shas["c6"] in (s.head_sha, s.base_sha)]
     assert broken and all(s.status == "failed" for s in broken) and "skipped" in broken[0].outcome
     assert result.trials == len(host.launches)
+
+
+async def test_fake_host_k_ary_bisect_runs_each_round_side_by_side_in_fewer_rounds(planted, tmp_path):
+    """Three compares a round, each on a host of its own (a runner like the Slurm front end's):
+    the same culprit and skip as the sequential bisect, the compares of a round running at
+    once, fewer rounds than a sequential bisect's bound, and the spend against it."""
+    path, shas, _ = planted
+    request, _ = fake_bisect(path, shas, tmp_path / "work", "good", "c16", planted_itl(shas, 8, broken=6))
+    request.parallel = 3
+    running, most = 0, 0
+
+    async def on_own_host(step, compare_request, observer):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        host = FakeHost(tmp_path / f"node{step.number}", planted_itl(shas, 8, broken=6))
+        try:
+            result = await core.compare(dataclasses.replace(compare_request, host=host), observer,
+                                        shas=(step.base_sha, step.head_sha))
+        finally:
+            running -= 1
+        step.node_s, step.where = 3600.0, f"host {step.number}"  # an hour each, to check the sums
+        return result
+
+    result = await core.bisect(request, run_compare=on_own_host)
+    assert result.status == "found" and result.culprit == shas["c8"] and result.confirmed, result.message
+    heads = [{s.head_sha for s in result.steps if s.round == r} for r in range(1, result.rounds + 1)]
+    assert most == 3 and max(len(h) for h in heads) == 3  # (a round also holds its INCONCLUSIVE retries)
+    assert result.rounds <= math.ceil(math.log(16, 4)) + 3 < result.max_compares
+    assert [s.outcome for s in result.steps if s.head_sha == shas["c6"]][0].endswith("skipped")
+    spend = result.to_dict()["spend"]
+    assert (spend["parallel"], spend["rounds"], spend["rounds_sequential"]) == (3, result.rounds, 6)
+    assert spend["node_hours"] == result.compares and spend["node_hours_sequential"] == 6.0
+    assert f"used {result.compares:.3f} node-hours against about 6.000 for the sequential bisect" in spend["line"]
+    assert len(result.round_elapsed_s) == result.rounds
 
 
 async def test_fake_host_bisect_skips_a_commit_that_stays_inconclusive_with_twice_the_trials(tmp_path):
