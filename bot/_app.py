@@ -247,17 +247,18 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
 async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str],
                            session: Session, observer: core.CompareObserver | None = None,
                            on_run: Callable[[int], Awaitable[None] | None] | None = None,
-                           extra: dict | None = None) -> int:
+                           extra: dict | None = None, detach: Callable[[], bool] | None = None) -> int:
     """Run ``request`` on a Slurm host (:mod:`bot._slurm`): reconcile, submit it as one Slurm job
     (Slurm queues it; no host lock), ``on_run(run_id)`` as in :func:`compare`, and follow the
     job to its end with ``observer`` hearing its progress. Cancelled (Ctrl-C), it cancels the
-    job. Returns the run id; the run as stored says how it ended.
+    job, unless ``detach()`` is true then (a bot stopping cleanly leaves it running for the
+    next bot to follow). Returns the run id; the run as stored says how it ended.
 
     Raises:
         core.HostError: sbatch refused the job.
     """
     await _reconcile(db, config, session)
-    return await slurm.run(db, request, shas, observer, on_run, extra)
+    return await slurm.run(db, request, shas, observer, on_run, extra, detach=detach)
 
 
 class _Started(core.BisectObserver):

@@ -104,25 +104,53 @@ async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra:
 
 async def run(db, request: core.CompareRequest, shas: tuple[str, str], observer: core.CompareObserver | None = None,
               on_run: Callable[[int], Awaitable[None] | None] | None = None, extra: dict | None = None,
-              run_id: int | None = None) -> int:
+              run_id: int | None = None, detach: Callable[[], bool] | None = None) -> int:
     """Submit ``request`` as one Slurm job (:func:`submit`; ``run_id``: a run already recorded),
     call ``on_run(run_id)`` (awaited if it returns an awaitable), and :func:`follow` the job to
     its end with ``observer`` hearing its progress. Cancelled, it cancels the job and waits for
-    Slurm to end it. Returns the run id; the run as stored says how it ended.
+    Slurm to end it, unless ``detach()`` says to leave the job running (a bot stopping cleanly:
+    the next bot follows it again, :func:`follow_again`). Returns the run id; the run as stored
+    says how it ended.
 
     Raises:
         core.HostError: sbatch refused the job.
     """
-    host = cast(core.SlurmHost, request.host)
     run_id, job_id = await submit(db, request, shas, extra, run_id)
+    await _until_ended(db, cast(core.SlurmHost, request.host), run_id, job_id, observer, detach, on_run)
+    return run_id
+
+
+async def follow_again(db, host: core.SlurmHost, run_id: int, observer: core.CompareObserver | None = None,
+                       detach: Callable[[], bool] | None = None) -> None:
+    """Follow the Slurm job of run ``run_id``, submitted by a process that is gone (a bot that
+    stopped cleanly, or was killed, and left its job to Slurm), to its end, as :func:`run` does
+    after submitting; a job Slurm has already ended is settled at once from Slurm's record
+    (``scontrol``, or ``sacct`` once slurmctld forgot it)."""
+    stored = await _load(db, run_id)
+    await _until_ended(db, host, run_id, stored.run.settings["slurm"]["job_id"], observer, detach)
+
+
+async def _until_ended(db, host: core.SlurmHost, run_id: int, job_id: str, observer: core.CompareObserver | None,
+                       detach: Callable[[], bool] | None,
+                       on_run: Callable[[int], Awaitable[None] | None] | None = None) -> None:
     try:
         if on_run is not None and (pending := on_run(run_id)) is not None:
             await pending
         await follow(db, host, run_id, observer)
     except asyncio.CancelledError:  # scancel ours, and see the run marked once Slurm has ended it
-        await asyncio.shield(cancel_and_settle(db, host, run_id, job_id))
+        if detach is None or not detach():
+            await asyncio.shield(cancel_and_settle(db, host, run_id, job_id))
         raise
-    return run_id
+
+
+def adoptable(run: storage.Run | None, said: core.SlurmJob | None) -> bool:
+    """Whether a restarted bot may follow ``run``'s Slurm job again: the run is a compare whose
+    job was submitted, and Slurm either no longer knows the job (it is settled as forgotten) or
+    says it is ours and this run's (its name ``specperf-run-<run id>``, its comment)."""
+    slurm_job = (run.settings.get("slurm") or {}) if run is not None else {}
+    if run is None or run.kind != "compare" or not slurm_job.get("job_id"):
+        return False
+    return said is None or (said.ours and said.name == f"{core.SlurmHost.JOB_PREFIX}{run.id}")
 
 
 def bisect_runner(db, store: storage.BisectStore) -> core.CompareRunner:
