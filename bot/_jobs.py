@@ -79,6 +79,7 @@ class Notifier:
     """What the queue tells a front end; every method is optional (no-op here) and must not raise."""
 
     async def job_started(self, job: storage.Job, run_id: int) -> None: ...
+    async def job_resumed(self, job: storage.Job, run_id: int) -> None: ...  # followed again after a restart
     def progress(self, job: storage.Job, message: str) -> None: ...
     async def job_finished(self, job: storage.Job, run_id: int | None,
                            result: core.CompareResult | core.BisectResult | None,
@@ -486,6 +487,7 @@ class JobQueue:
             await self._notify(self.notifier.job_note(
                 taken, f"job {job.id}: a restarted bot follows Slurm job {job_id} again"
                        + (f" ({said.line()})" if said else "")))
+            await self._notify(self.notifier.job_resumed(taken, job.run_id))
             self._start_slurm_job(taken, job.run_id)
         return True
 

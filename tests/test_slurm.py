@@ -16,6 +16,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -320,6 +321,81 @@ def test_the_fixture_finds_and_kills_what_its_jobs_left(slurm_cluster, tmp_path)
     finally:
         bystander.kill()
         bystander.wait()
+
+
+async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_path, emulator, unused_tcp_port):
+    """The real ``specperf bot``, stopped cleanly while two compares run as Slurm jobs, leaves
+    both jobs to Slurm (nothing cancelled, nothing queued again). One ends while no bot runs;
+    the restarted bot settles it from Slurm's record and posts its verdict. The other is still
+    running: the restarted bot follows the same Slurm job again, relays its trials as the job
+    streams them into the database, and posts its verdict in the job's thread."""
+    from tests.bot_support import start_bot
+
+    make_repo(tmp_path / "repo")
+    url, home, log = f"sqlite:///{tmp_path}/bot.db", tmp_path / "home", open(tmp_path / "bot.log", "w")
+    # idle: ITL x 50, so the idle compare's four launches take about 15 s of tokens on the node
+    config = write_config(tmp_path, tmp_path / "repo", unused_tcp_port, emulator.api_url,
+                          workload="output_len = 16\nrequests = 2\nwarmup_requests = 0\n", lease_s=3)
+    config.write_text(slurm_host(tmp_path).replace("poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\n")
+                      + config.read_text().replace('[engines.fake]\nkind = "command"\n',
+                                                   '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(
+        '[engines.fake.modes]\n', '[engines.fake.modes]\nidle = ["--itl-scale", "50"]\n'))
+    db = storage.open_database(url)
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        await post_command(port, form("compare slow --modes idle", trigger="long"))
+        await post_command(port, form("compare noop --modes baseline", trigger="short"))
+        runs = await wait_for(lambda: (r := {j.id: j.run_id for j in storage.list_jobs(db, ("running",))})
+                              and len(r) == 2 and all(r.values()) and r, 30, what="both jobs' runs")
+        long_run, short_run = runs[1], runs[2]
+        await wait_for(lambda: all(storage.load_run(db, r).trials for r in runs.values()), 90,
+                       what="both compares' first launches")
+        jobs = {run_id: storage.load_run(db, run_id).run.settings["slurm"]["job_id"] for run_id in runs.values()}
+        os.kill(proc.pid, signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for run_id, job_id in jobs.items():  # left to Slurm: neither cancelled nor queued again
+        assert "CANCELLED" not in slurm_cluster.run("scontrol", "-o", "show", "job", job_id).stdout
+        assert storage.job_for_run(db, run_id).status == "running"
+    await wait_for(lambda: "JobState=COMPLETED" in slurm_cluster.run("scontrol", "-o", "show", "job",
+                                                                    jobs[short_run]).stdout, 90,
+                   what="the short compare's job to end while no bot runs")
+    assert "JobState=RUNNING" in slurm_cluster.run("scontrol", "-o", "show", "job", jobs[long_run]).stdout
+    restarted_at = len(emulator.recorded("chat.update"))
+    measured_before = len([t for t in storage.load_run(db, long_run).trials if t.status == "ok"])
+
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        done = await wait_for(lambda: (j := [storage.job_for_run(db, r) for r in runs.values()])
+                              and all(x.status in ("done", "failed") for x in j) and j, 120, what="both jobs' ends")
+        assert [j.status for j in done] == ["done", "done"], [j.reason for j in done]
+
+        def verdicts_posted():
+            return all(any(p.body.get("blocks") and p.body.get("thread_ts") == j.slack["thread_ts"]
+                           for p in emulator.recorded("chat.postMessage")) for j in done)
+
+        await wait_for(verdicts_posted, 30, what="both verdicts in their threads")
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 60)
+        log.close()
+    for job in done:
+        run = storage.load_run(db, job.run_id)
+        assert job.attempts == 0 and run.run.status == "done" and run.run.settings["slurm"]["state"] == "COMPLETED"
+        assert run.run.settings["slurm"]["job_id"] == jobs[job.run_id]  # the same Slurm job, followed again
+        assert [v.verdict for v in run.verdicts] and all(group_members(t.pgid) == [] for t in run.trials)
+        thread = [p.body for p in emulator.recorded("chat.postMessage") if p.body.get("thread_ts") == job.slack["thread_ts"]]
+        assert any(f"Slurm job {jobs[job.run_id]} runs on" in p["text"] for p in thread), thread
+        assert any(f"follows Slurm job {jobs[job.run_id]} again" in p["text"] for p in thread), thread
+        headers = [p["blocks"][0]["text"]["text"] for p in thread if p.get("blocks")]
+        assert len(headers) == 1 and headers[0].startswith(run.verdicts[0].verdict), headers  # its verdict, posted
+    relayed = [c.body["text"] for c in emulator.recorded("chat.update")[restarted_at:]
+               if c.body["ts"] == done[0].slack["progress_ts"]]
+    assert any("trial" in text for text in relayed), relayed  # the followed job's trials, relayed
+    assert len([t for t in storage.load_run(db, long_run).trials if t.status == "ok"]) == 4 > measured_before
+    assert len(slurm_cluster.run("squeue", "-h").stdout.split()) == 0
 
 
 def test_slurm_host_config_errors_name_the_fix():
