@@ -28,7 +28,10 @@ running job is a compare-and-set on its claim (:func:`storage.requeue`,
 :func:`storage.requeue_or_fail`), so the old owner and the new one never both act on it.
 
 A clean stop (SIGTERM, Ctrl-C) stops the running job's engine, marks its run interrupted and
-queues the job again without spending its crash re-queue, saying so in its thread.
+queues the job again without spending its crash re-queue, saying so in its thread; a
+compare on a Slurm host is left to Slurm instead (its job runs on), and the next bot start
+follows its Slurm job again (:meth:`JobQueue._adopt`), as it does after a crash: it relays
+the job's progress and posts its verdict, or settles it from Slurm's record if it ended.
 ``cancel`` of a running job cancels its task: core.compare stops the engine's process group
 and marks the run interrupted; the job is marked cancelled. At start, before any worker
 runs, what a crashed bot left is reconciled: runs it left running have their recorded engine
