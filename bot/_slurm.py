@@ -12,11 +12,13 @@ with the engine, probes, window monitor, GPU hygiene and the benchmark client al
 recording into the run as it goes (the node reaches the database: a SQLite file on the shared
 file system, or PostgreSQL). On a node that is not held exclusively (``exclusive = false``)
 another of our jobs may run beside it, so the engine gets a free port instead of its
-configured one.
+configured one. When Slurm ends the job (``scancel``, time limit, preemption) it sends
+SIGTERM: the worker stops the engine's process group and marks the run interrupted.
 
 A bisect on a Slurm host (:func:`bisect_runner`) runs each step's compare as such a job, the
-compares of one round side by side on separate nodes. When Slurm ends the job (``scancel``, time limit, preemption) it
-sends SIGTERM: the worker stops the engine's process group and marks the run interrupted.
+compares of one round side by side on separate nodes. A restarted bot finds a compare's job
+again by the run's stored job id, checked against Slurm's name and comment
+(:func:`adoptable`), and follows it to its end (:func:`follow_again`).
 
 :func:`settle` (run by every command that reconciles) closes the runs of jobs that Slurm has
 ended, with Slurm's state and reason (``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``...), also
