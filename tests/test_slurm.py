@@ -488,3 +488,23 @@ async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_pat
     assert said[runs["not yet submitted"].id] is None and runs["not yet submitted"].status == "running"
     # a run of a Slurm job is Slurm's to settle, never closed as a dead owner's
     assert storage.abandoned_runs(db, lambda owner: False) == []
+
+
+def test_slurm_durations_and_which_jobs_a_restarted_bot_follows_again():
+    from bot import _slurm
+    from core._hosts.slurm import duration_s
+
+    assert [duration_s(t) for t in ("1-02:03:04", "00:01:05", "02:05", "75", "", "None", "INVALID")] == [
+        93784.0, 65.0, 125.0, 75.0, None, None, None]
+
+    def run(kind="compare", job_id="12"):
+        return storage.Run(id=7, kind=kind, engine_name="e", workload_name="w", host="cluster", base_ref="b",
+                           base_sha="b", head_ref="h", head_sha="h", modes=["baseline"],
+                           settings={"slurm": {"job_id": job_id}})
+
+    ours = core.SlurmJob("12", "specperf-run-7", "specperf:run=7", "RUNNING", None, "node1")
+    assert _slurm.adoptable(run(), ours) and _slurm.adoptable(run(), None)  # None: forgotten, settled as such
+    assert not _slurm.adoptable(run(), core.SlurmJob("12", "specperf-run-8", "specperf:run=8", "RUNNING", None, None))
+    assert not _slurm.adoptable(run(), core.SlurmJob("12", "theirs", "", "RUNNING", None, None))
+    assert not _slurm.adoptable(run(kind="bisect"), ours) and not _slurm.adoptable(run(job_id=None), ours)
+    assert not _slurm.adoptable(None, ours)
