@@ -216,7 +216,8 @@ class BisectStore(BisectObserver):
 
     def step_finished(self, step: BisectStep) -> None:
         row = {**step.to_dict(), "compare_run_id": self.compare_runs.get(step.number)}
-        self._update({"steps": lambda b: [*b["steps"], row]})
+        # in step order: the compares of one round (core._commit_bisect) may end in any order
+        self._update({"steps": lambda b: sorted([*b["steps"], row], key=lambda step: step["number"])})
 
     def finished(self, result: BisectResult) -> None:
         if self.run_id is None:
