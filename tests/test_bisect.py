@@ -264,8 +264,13 @@ async def test_fake_host_k_ary_bisect_runs_each_round_side_by_side_in_fewer_roun
         step.node_s, step.where = 3600.0, f"host {step.number}"  # an hour each, to check the sums
         return result
 
-    result = await core.bisect(request, run_compare=on_own_host)
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    store = storage.BisectStore(db, request)
+    result = await core.bisect(request, store, run_compare=on_own_host)
     assert result.status == "found" and result.culprit == shas["c8"] and result.confirmed, result.message
+    stored = storage.load_run(db, store.run_id).run.settings["bisect"]
+    assert [s["number"] for s in stored["steps"]] == list(range(1, result.compares + 1))  # in step order
+    assert [s["round"] for s in stored["steps"]] == [s.round for s in result.steps]
     heads = [{s.head_sha for s in result.steps if s.round == r} for r in range(1, result.rounds + 1)]
     assert most == 3 and max(len(h) for h in heads) == 3  # (a round also holds its INCONCLUSIVE retries)
     assert result.rounds <= math.ceil(math.log(16, 4)) + 3 < result.max_compares
