@@ -13,6 +13,7 @@ notifier), which hears every hook beside storage's recorder; storage only persis
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -246,27 +247,18 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
 async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str],
                            session: Session, observer: core.CompareObserver | None = None,
                            on_run: Callable[[int], Awaitable[None] | None] | None = None,
-                           extra: dict | None = None) -> int:
+                           extra: dict | None = None, detach: Callable[[], bool] | None = None) -> int:
     """Run ``request`` on a Slurm host (:mod:`bot._slurm`): reconcile, submit it as one Slurm job
     (Slurm queues it; no host lock), ``on_run(run_id)`` as in :func:`compare`, and follow the
     job to its end with ``observer`` hearing its progress. Cancelled (Ctrl-C), it cancels the
-    job. Returns the run id; the run as stored says how it ended.
+    job, unless ``detach()`` is true then (a bot stopping cleanly leaves it running for the
+    next bot to follow). Returns the run id; the run as stored says how it ended.
 
     Raises:
         core.HostError: sbatch refused the job.
     """
     await _reconcile(db, config, session)
-    run_id, job_id = await slurm.submit(db, request, shas, extra)
-    host = request.host
-    assert isinstance(host, core.SlurmHost)
-    try:
-        if on_run is not None and (pending := on_run(run_id)) is not None:
-            await pending
-        await slurm.follow(db, host, run_id, observer)
-    except asyncio.CancelledError:  # scancel ours, and see the run marked once Slurm has ended it
-        await asyncio.shield(slurm.cancel_and_settle(db, host, run_id, job_id))
-        raise
-    return run_id
+    return await slurm.run(db, request, shas, observer, on_run, extra, detach=detach)
 
 
 class _Started(core.BisectObserver):
@@ -288,29 +280,44 @@ async def bisect(config: core.Config, db, request: core.BisectRequest, session: 
     per step) with ``observer(store)`` beside it; ``on_run(run_id)`` as soon as the bisect run
     is recorded (while the bisect goes on). Returns (the store, the result).
 
+    On a Slurm host there is no host lock: each step's compare is a Slurm job of its own, and
+    each round runs ``[slurm].bisect_parallel`` of them side by side (:func:`bot._slurm.bisect_parallel`:
+    a k-ary search, core._commit_bisect); the result's ``spend`` compares the node-hours used
+    with a sequential bisect's.
+
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
-        core.ConfigError: the host is a Slurm host (bisect there is not supported yet).
     """
-    if isinstance(request.host, core.SlurmHost):
-        raise core.ConfigError(f"bisect on the Slurm host {request.host.name} is not supported yet; bisect on a "
-                               "local or SSH host, or compare single commits on the Slurm host")
-    async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+    host = request.host
+    if isinstance(host, core.SlurmHost):
+        request = dataclasses.replace(request, parallel=await slurm.bisect_parallel(host))
+        store = storage.BisectStore(db, request, compare_extra=slurm.run_settings())
         await _reconcile(db, config, session)
-        store, started = storage.BisectStore(db, request), _Started()
-        if session.before_run is not None:
-            session.before_run(config)
-        observers = BisectObservers(store, started, observer(store) if observer else None)
-        task = asyncio.create_task(core.bisect(request, observers))
-        waiter = asyncio.create_task(started.event.wait())
-        try:
-            await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-            if store.run_id is not None and on_run is not None and (pending := on_run(store.run_id)) is not None:
-                await pending
-            return store, await task
-        except asyncio.CancelledError:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            raise
-        finally:
-            waiter.cancel()
+        return await _bisect(config, request, store, session, observer, on_run, slurm.bisect_runner(db, store))
+    async with host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+        await _reconcile(db, config, session)
+        return await _bisect(config, request, storage.BisectStore(db, request), session, observer, on_run, None)
+
+
+async def _bisect(config: core.Config, request: core.BisectRequest, store: storage.BisectStore, session: Session,
+                  observer: Callable[[storage.BisectStore], core.BisectObserver] | None,
+                  on_run: Callable[[int], Awaitable[None] | None] | None,
+                  run_compare: core.CompareRunner | None) -> tuple[storage.BisectStore, core.BisectResult]:
+    """The bisect of :func:`bisect`, once its host is held (or, on Slurm, needs no holding)."""
+    started = _Started()
+    if session.before_run is not None:
+        session.before_run(config)
+    observers = BisectObservers(store, started, observer(store) if observer else None)
+    task = asyncio.create_task(core.bisect(request, observers, run_compare))
+    waiter = asyncio.create_task(started.event.wait())
+    try:
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if store.run_id is not None and on_run is not None and (pending := on_run(store.run_id)) is not None:
+            await pending
+        return store, await task
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    finally:
+        waiter.cancel()

@@ -28,7 +28,10 @@ running job is a compare-and-set on its claim (:func:`storage.requeue`,
 :func:`storage.requeue_or_fail`), so the old owner and the new one never both act on it.
 
 A clean stop (SIGTERM, Ctrl-C) stops the running job's engine, marks its run interrupted and
-queues the job again without spending its crash re-queue, saying so in its thread.
+queues the job again without spending its crash re-queue, saying so in its thread; a
+compare on a Slurm host is left to Slurm instead (its job runs on), and the next bot start
+follows its Slurm job again (:meth:`JobQueue._adopt`), as it does after a crash: it relays
+the job's progress and posts its verdict, or settles it from Slurm's record if it ended.
 ``cancel`` of a running job cancels its task: core.compare stops the engine's process group
 and marks the run interrupted; the job is marked cancelled. At start, before any worker
 runs, what a crashed bot left is reconciled: runs it left running have their recorded engine
@@ -79,6 +82,7 @@ class Notifier:
     """What the queue tells a front end; every method is optional (no-op here) and must not raise."""
 
     async def job_started(self, job: storage.Job, run_id: int) -> None: ...
+    async def job_resumed(self, job: storage.Job, run_id: int) -> None: ...  # followed again after a restart
     def progress(self, job: storage.Job, message: str) -> None: ...
     async def job_finished(self, job: storage.Job, run_id: int | None,
                            result: core.CompareResult | core.BisectResult | None,
@@ -182,6 +186,8 @@ class JobQueue:
         closed = dict(await reconcile_runs(self.db, self.config))
         reconciled = []
         for job in await asyncio.to_thread(storage.orphaned_jobs, self.db, owner_alive(self.db)):
+            if job.id in self._running or await self._adopt(job):
+                continue
             owner = job.owner or {}
             reason = (f"the bot that ran it (pid {owner.get('pid')} on {owner.get('host')}) "
                       "stopped while this job ran")
@@ -334,16 +340,23 @@ class JobQueue:
             wake.clear()
             while (not self._stopping and await self._lease_held()
                    and (job := await self.retrying(storage.claim_next, self.db, host))):
+                if self.config.hosts[host].kind == "slurm":  # Slurm queues and places its jobs: no waiting here
+                    self._start_slurm_job(job)
+                    continue
                 task = asyncio.create_task(self._run(job), name=f"job-{job.id}")
                 self._running[job.id] = task
-                if self.config.hosts[host].kind == "slurm":  # Slurm queues and places its jobs: no waiting here
-                    self._slurm_jobs.add(task)
-                    task.add_done_callback(self._slurm_job_done)
-                    continue
                 try:
                     await task  # a cancel command ends the task normally; stopping the worker cancels it
                 finally:
                     self._running.pop(job.id, None)
+
+    def _start_slurm_job(self, job: storage.Job, adopted_run: int | None = None) -> None:
+        """Run ``job`` (of a Slurm host) as a task beside the others; ``adopted_run``: follow the
+        Slurm job of that run, which a bot that is gone submitted, instead of submitting one."""
+        task = asyncio.create_task(self._run(job, adopted_run), name=f"job-{job.id}")
+        self._running[job.id] = task
+        self._slurm_jobs.add(task)
+        task.add_done_callback(self._slurm_job_done)
 
     def _slurm_job_done(self, task: asyncio.Task) -> None:
         self._slurm_jobs.discard(task)
@@ -351,8 +364,8 @@ class JobQueue:
             if running is task:
                 del self._running[job_id]
 
-    async def _run(self, job: storage.Job) -> None:
-        run_id, claimed_at = None, job.started_at
+    async def _run(self, job: storage.Job, adopted_run: int | None = None) -> None:
+        run_id, claimed_at = adopted_run, job.started_at
         result: core.CompareResult | core.BisectResult
         try:
             host = self.host(job.host)
@@ -372,11 +385,18 @@ class JobQueue:
                 _, result = await app.bisect(self.config, self.db, bisect, session,
                                              lambda store: JobBisectProgress(job, self.notifier), on_run=started)
             elif isinstance(host, core.SlurmHost):  # one Slurm job; Slurm's kill re-queues the job once
-                request = compare_request(self.config, job, host)
-                shas = (job.args["base_sha"], job.args["head_sha"])
-                run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
-                                                    JobProgress(job, self.notifier), on_run=started)
-                run = (await self.retrying(storage.load_run, self.db, run_id, job=job)).run
+                if adopted_run is not None:  # submitted by a bot that is gone: follow its Slurm job again
+                    await slurm.follow_again(self.db, host, adopted_run, JobProgress(job, self.notifier),
+                                             detach=self._detaching)
+                    run_id = adopted_run
+                else:
+                    request = compare_request(self.config, job, host)
+                    shas = (job.args["base_sha"], job.args["head_sha"])
+                    run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
+                                                        JobProgress(job, self.notifier), on_run=started,
+                                                        detach=self._detaching)
+                stored = await self.retrying(storage.load_run, self.db, run_id, job=job)
+                run = stored.run
                 if slurm.killed_by_slurm(run):
                     status = await self.retrying(storage.requeue_or_fail, self.db, job.id,
                                                  self.config.slack.requeue_interrupted, run.reason, job=job)
@@ -384,7 +404,7 @@ class JobQueue:
                     if status == "queued":
                         self.wake(job.host)
                     return
-                result = slurm.stored_result(run)
+                result = slurm.stored_result(stored)
             else:
                 request = compare_request(self.config, job, host)
                 shas = (job.args["base_sha"], job.args["head_sha"])
@@ -395,6 +415,8 @@ class JobQueue:
                 await self._lease_lost(job, run_id, claimed_at)
                 return
             reason = self._cancelled.pop(job.id, None)
+            if reason is None and await self._left_to_slurm(job, run_id):
+                raise
             if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted
                 reason = ("the bot was stopped cleanly while this job ran; its engine was stopped and the job is "
                           "queued again (it starts over when a bot runs)")
@@ -424,6 +446,53 @@ class JobQueue:
         kept = {"reason": reason} if reason else {}
         await self.retrying(storage.update_job, self.db, job.id, status=status, job=job, **kept)
         await self._notify(self.notifier.job_finished(job, run_id, result, None))
+
+    def _detaching(self) -> bool:
+        """Whether a cancelled Slurm compare leaves its Slurm job running: the bot is stopping
+        cleanly (the next bot follows the job again), not cancelling the job."""
+        return self._stopping and not self._fenced
+
+    async def _left_to_slurm(self, job: storage.Job, run_id: int | None) -> bool:
+        """When the bot stops cleanly while ``job`` follows a submitted Slurm job: leave the job
+        running (owned by this process, whose lease ends with it) for the next bot to follow
+        again (:meth:`reconcile`), say so in its thread, and return True."""
+        if job.kind != "compare" or run_id is None or job.id in self._fenced or not self._stopping:
+            return False
+        stored = await asyncio.to_thread(storage.load_run, self.db, run_id)
+        slurm_job = (stored.run.settings.get("slurm") or {}) if stored else {}
+        if not slurm_job.get("job_id") or slurm_job.get("ended"):
+            return False
+        note = (f"job {job.id}: the bot was stopped cleanly; Slurm job {slurm_job['job_id']} runs on, and the next "
+                "bot start follows it again")
+        log.warning(note)
+        await self._notify(self.notifier.job_note(job, note))
+        return True
+
+    async def _adopt(self, job: storage.Job) -> bool:
+        """Follow again the Slurm job of orphaned ``job`` (a compare on a Slurm host whose bot
+        stopped or died after submitting it): claim the job and run it as :meth:`_run` with the
+        run's Slurm job, which then relays its progress and posts its verdict, or settles it at
+        once from Slurm's record when it already ended. False when it is not such a job."""
+        if job.kind != "compare" or job.run_id is None or self.config.hosts.get(job.host) is None \
+                or self.config.hosts[job.host].kind != "slurm":
+            return False
+        stored = await asyncio.to_thread(storage.load_run, self.db, job.run_id)
+        host = self.host(job.host)
+        assert isinstance(host, core.SlurmHost)
+        job_id = ((stored.run.settings.get("slurm") or {}) if stored else {}).get("job_id")
+        said = await host.job(job_id) if job_id else None
+        if not slurm.adoptable(stored.run if stored else None, said):
+            return False
+        taken = await asyncio.to_thread(storage.adopt, self.db, job.id, job.started_at)
+        if taken is not None:
+            log.warning("job %s: following its Slurm job %s again (%s)", job.id, job_id,
+                        said.line() if said else "forgotten by Slurm")
+            await self._notify(self.notifier.job_note(
+                taken, f"job {job.id}: a restarted bot follows Slurm job {job_id} again"
+                       + (f" ({said.line()})" if said else "")))
+            await self._notify(self.notifier.job_resumed(taken, job.run_id))
+            self._start_slurm_job(taken, job.run_id)
+        return True
 
     async def _lease_lost(self, job: storage.Job, run_id: int | None, claimed_at) -> None:
         """Job ``job`` was stopped because this process's lease may have run out: once the

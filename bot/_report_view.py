@@ -67,14 +67,17 @@ def print_bisect(console: Console, report: dict) -> None:
     """
     commits = report.get("commits") or []
     table = Table(title=f"bisect of {len(commits)} commits, mode {report.get('mode', '-')}")
-    for column in ("step", "kind", "commit", "#", "against", "evidence", "compare run", "outcome"):
+    where = any(step.get("where") for step in report.get("steps", []))  # a Slurm bisect: round and job
+    for column in ("step", "kind", "commit", "#", "against", "evidence", "compare run", "outcome",
+                   *(("round", "where") if where else ())):
         table.add_column(column, overflow="fold")
     for step in report.get("steps", []):
         style = _STYLE.get(step.get("verdict") or "", "red" if step.get("status") == "failed" else "")
         evidence = step.get("evidence") or step.get("verdict") or step["status"]
         table.add_row(str(step["number"]), step["kind"], step["head_sha"][:12], str(step["position"]),
                       step["base_sha"][:12], Text(evidence, style=style),
-                      str(step.get("compare_run_id") or "-"), escape(step.get("outcome", "")))
+                      str(step.get("compare_run_id") or "-"), escape(step.get("outcome", "")),
+                      *((str(step.get("round", "")), step.get("where") or "-") if where else ()))
     console.print(table)
     status = report.get("status")
     if status is None:
@@ -85,6 +88,12 @@ def print_bisect(console: Console, report: dict) -> None:
     if report.get("triage_line"):
         console.print(f"triage: {report['triage_line']}", markup=False, highlight=False)
     compares = report.get("compares", 0)
-    console.print(f"spent {compares} compare{'s' if compares != 1 else ''} (a clean bisect of {len(commits)} "
-                  f"commits needs at most {report.get('max_compares')}) and {report.get('trials')} engine launches",
-                  markup=False, highlight=False)
+    if report.get("spend", {}).get("parallel", 1) > 1:  # more compares than a sequential bisect, fewer rounds
+        console.print(f"spent {compares} compares and {report.get('trials')} engine launches", markup=False,
+                      highlight=False)
+    else:
+        console.print(f"spent {compares} compare{'s' if compares != 1 else ''} (a clean bisect of {len(commits)} "
+                      f"commits needs at most {report.get('max_compares')}) and {report.get('trials')} engine "
+                      "launches", markup=False, highlight=False)
+    if report.get("spend"):
+        console.print(report["spend"]["line"], markup=False, highlight=False)

@@ -114,20 +114,24 @@ def failure_blocks(run_label: str, reason: str, log_tail: str | None,
 
 def bisect_blocks(run_label: str, result: dict) -> tuple[list[dict], str]:
     """(blocks, text fallback) for a finished bisect: its outcome and message, the culprit's
-    triage line, one line per step (commit, evidence, what it decided) and the spend.
+    triage line, one line per step (commit, evidence, what it decided) and the spend (with
+    node-hours against a sequential bisect: ``BisectResult.spend``).
 
     ``result`` is ``core.BisectResult.to_dict()``."""
     status = result["status"]
     text = f"{run_label} bisect {status.upper()}: {result.get('message', '')}"
     lines = [f"{s['number']}. {s['kind']} `{s['head_sha'][:12]}` (#{s['position']}) vs `{s['base_sha'][:12]}`: "
-             f"{s.get('evidence', s['status'])} -> {s.get('outcome', '')}" for s in result.get("steps", [])]
+             f"{s.get('evidence', s['status'])} -> {s.get('outcome', '')}"
+             + (f" ({s['where']}, round {s['round']})" if s.get("where") else "") for s in result.get("steps", [])]
     blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"bisect {status.upper()}: {run_label}"[:150]}},
               _text(result.get("message") or status)]
     if result.get("triage_line"):
         blocks.append(_text(f"*triage*: {result['triage_line']}"))
     if lines:
         blocks.append(_text("*steps*\n" + "\n".join(lines)[:2900]))
+    spend = result.get("spend") or {}
+    bound = f" (at most {result['max_compares']} for a clean bisect)" if spend.get("parallel", 1) == 1 else ""
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-        f"mode {result['mode']}, {len(result['commits'])} commits, {result['compares']} compares (at most "
-        f"{result['max_compares']} for a clean bisect), {result['trials']} engine launches")}]})
+        f"mode {result['mode']}, {len(result['commits'])} commits, {result['compares']} compares{bound}, "
+        f"{result['trials']} engine launches" + (f"\n{spend['line']}" if spend else ""))}]})
     return blocks, text

@@ -107,6 +107,14 @@ class SlackNotifier(Notifier):
                                       "thread": _Thread(thread.channel, thread.thread_ts, sent["ts"]), "label": text}
             await asyncio.to_thread(storage.update_job, self.db, job.id, slack={"progress_ts": sent["ts"]})
 
+    async def job_resumed(self, job: storage.Job, run_id: int) -> None:
+        thread = await self._thread(job)
+        if thread.thread_ts is None or thread.progress_ts is None:
+            return
+        label = f"job {job.id}: run {run_id} on host `{job.host}`, followed again after a bot restart"
+        self._progress[job.id] = {"text": label, "task": None, "last": 0.0, "label": label,
+                                  "thread": _Thread(thread.channel, thread.thread_ts, thread.progress_ts)}
+
     def progress(self, job: storage.Job, message: str) -> None:
         state = self._progress.get(job.id)
         if state is None:

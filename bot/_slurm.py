@@ -10,8 +10,15 @@ lock, decides when and where a compare runs.
 On the node, inside the job (``python -m bot._slurm SPEC``): :func:`run_job` runs the compare
 with the engine, probes, window monitor, GPU hygiene and the benchmark client all on the node,
 recording into the run as it goes (the node reaches the database: a SQLite file on the shared
-file system, or PostgreSQL). When Slurm ends the job (``scancel``, time limit, preemption) it
-sends SIGTERM: the worker stops the engine's process group and marks the run interrupted.
+file system, or PostgreSQL). On a node that is not held exclusively (``exclusive = false``)
+another of our jobs may run beside it, so the engine gets a free port instead of its
+configured one. When Slurm ends the job (``scancel``, time limit, preemption) it sends
+SIGTERM: the worker stops the engine's process group and marks the run interrupted.
+
+A bisect on a Slurm host (:func:`bisect_runner`) runs each step's compare as such a job, the
+compares of one round side by side on separate nodes. A restarted bot finds a compare's job
+again by the run's stored job id, checked against Slurm's name and comment
+(:func:`adoptable`), and follows it to its end (:func:`follow_again`).
 
 :func:`settle` (run by every command that reconciles) closes the runs of jobs that Slurm has
 ended, with Slurm's state and reason (``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``...), also
@@ -21,11 +28,13 @@ when the worker never got the chance (SIGKILL, node failure, a job cancelled whi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import core
@@ -49,17 +58,27 @@ def ended_reason(job: core.SlurmJob) -> str:
     return f"Slurm job {job.job_id} {what} ({detail})" + (f" on {job.node}" if job.node else "")
 
 
-async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra: dict | None = None) -> tuple[int, str]:
-    """Record the run and submit its job; returns (run id, Slurm job id).
+CLIENT = "on the Slurm node, beside the engine"  # settings["client"] of a Slurm job's run
+
+
+def run_settings() -> dict:
+    """What a run of a Slurm job carries in its settings from its creation on (the job id once
+    submitted): :func:`settle` finds such runs, and no owner-based clean-up closes them."""
+    return {"client": CLIENT, "slurm": {"job_id": None}}
+
+
+async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra: dict | None = None,
+                 run_id: int | None = None) -> tuple[int, str]:
+    """Record the run (or use run ``run_id``, recorded with :func:`run_settings`) and submit its
+    job; returns (run id, Slurm job id).
 
     Raises:
         core.HostError: sbatch refused the job (the run is then marked failed with its words).
     """
     host = cast(core.SlurmHost, request.host)
-    store = storage.RunStore(db)
-    run_id = await asyncio.to_thread(store.create, request, *shas, {
-        **(extra or {}), "client": "on the Slurm node, beside the engine",
-        "slurm": {"job_id": None}})
+    if run_id is None:
+        run_id = await asyncio.to_thread(storage.RunStore(db).create, request, *shas,
+                                         {**(extra or {}), **run_settings()})
     jobs = f"{host.workdir}/jobs"
     await host.makedirs(jobs)
     spec_path = f"{jobs}/run-{run_id}.json"
@@ -83,6 +102,89 @@ async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra:
                             {"job_id": job_id, "job_name": f"{core.SlurmHost.JOB_PREFIX}{run_id}",
                              "state": "PENDING", "log": f"{jobs}/run-{run_id}.log"})
     return run_id, job_id
+
+
+async def run(db, request: core.CompareRequest, shas: tuple[str, str], observer: core.CompareObserver | None = None,
+              on_run: Callable[[int], Awaitable[None] | None] | None = None, extra: dict | None = None,
+              run_id: int | None = None, detach: Callable[[], bool] | None = None) -> int:
+    """Submit ``request`` as one Slurm job (:func:`submit`; ``run_id``: a run already recorded),
+    call ``on_run(run_id)`` (awaited if it returns an awaitable), and :func:`follow` the job to
+    its end with ``observer`` hearing its progress. Cancelled, it cancels the job and waits for
+    Slurm to end it, unless ``detach()`` says to leave the job running (a bot stopping cleanly:
+    the next bot follows it again, :func:`follow_again`). Returns the run id; the run as stored
+    says how it ended.
+
+    Raises:
+        core.HostError: sbatch refused the job.
+    """
+    run_id, job_id = await submit(db, request, shas, extra, run_id)
+    await _until_ended(db, cast(core.SlurmHost, request.host), run_id, job_id, observer, detach, on_run)
+    return run_id
+
+
+async def follow_again(db, host: core.SlurmHost, run_id: int, observer: core.CompareObserver | None = None,
+                       detach: Callable[[], bool] | None = None) -> None:
+    """Follow the Slurm job of run ``run_id``, submitted by a process that is gone (a bot that
+    stopped cleanly, or was killed, and left its job to Slurm), to its end, as :func:`run` does
+    after submitting; a job Slurm has already ended is settled at once from Slurm's record
+    (``scontrol``, or ``sacct`` once slurmctld forgot it)."""
+    stored = await _load(db, run_id)
+    await _until_ended(db, host, run_id, stored.run.settings["slurm"]["job_id"], observer, detach)
+
+
+async def _until_ended(db, host: core.SlurmHost, run_id: int, job_id: str, observer: core.CompareObserver | None,
+                       detach: Callable[[], bool] | None,
+                       on_run: Callable[[int], Awaitable[None] | None] | None = None) -> None:
+    try:
+        if on_run is not None and (pending := on_run(run_id)) is not None:
+            await pending
+        await follow(db, host, run_id, observer)
+    except asyncio.CancelledError:  # scancel ours, and see the run marked once Slurm has ended it
+        if detach is None or not detach():
+            await asyncio.shield(cancel_and_settle(db, host, run_id, job_id))
+        raise
+
+
+def adoptable(run: storage.Run | None, said: core.SlurmJob | None) -> bool:
+    """Whether a restarted bot may follow ``run``'s Slurm job again: the run is a compare whose
+    job was submitted, and Slurm either no longer knows the job (it is settled as forgotten) or
+    says it is ours and this run's (its name ``specperf-run-<run id>``, its comment)."""
+    slurm_job = (run.settings.get("slurm") or {}) if run is not None else {}
+    if run is None or run.kind != "compare" or not slurm_job.get("job_id"):
+        return False
+    return said is None or (said.ours and said.name == f"{core.SlurmHost.JOB_PREFIX}{run.id}")
+
+
+def bisect_runner(db, store: storage.BisectStore) -> core.CompareRunner:
+    """How a bisect on a Slurm host runs each step (a :data:`core.CompareRunner`): as a Slurm job
+    of its own (:func:`run`) into the compare run ``store`` recorded for the step, so the
+    compares of one round run side by side on separate nodes; each step gets the job's node
+    time (``node_s``: Slurm's run time of the job) and ``where`` (``Slurm job 12 on node2``)."""
+
+    async def run_step(step: core.BisectStep, request: core.CompareRequest,
+                       observer: core.CompareObserver | None) -> core.CompareResult:
+        run_id = await run(db, request, (step.base_sha, step.head_sha), observer,
+                           run_id=store.compare_runs[step.number])
+        stored = await _load(db, run_id)
+        job = stored.run.settings["slurm"]
+        step.node_s = job.get("run_s")
+        step.where = f"Slurm job {job.get('job_id')}" + (f" on {job['node']}" if job.get("node") else "")
+        return stored_result(stored)
+
+    return run_step
+
+
+async def bisect_parallel(host: core.SlurmHost) -> int:
+    """How many compares a bisect on ``host`` runs side by side: ``bisect_parallel`` of its
+    ``[slurm]`` table, else the partition's node count up to 4, else 2 where sinfo fails
+    (see :class:`core.SlurmConfig`)."""
+    slurm = host.config.slurm
+    if slurm and slurm.bisect_parallel:
+        return slurm.bisect_parallel
+    try:
+        return max(1, min(4, await host.partition_nodes()))
+    except core.HostError:
+        return 2
 
 
 async def _load(db, run_id: int) -> storage.StoredRun:
@@ -135,7 +237,7 @@ async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
     if job is not None and job.active:
         return None
     ended = {"ended": True, "state": job.state if job else "UNKNOWN", "reason": job.reason if job else None,
-             "node": (job.node if job else None) or slurm.get("node")}
+             "node": (job.node if job else None) or slurm.get("node"), "run_s": job.run_s if job else None}
     await asyncio.to_thread(storage.update_settings, db, run_id, "slurm", ended)
     fresh = (await _load(db, run_id)).run
     killed = job is not None and job.state in _KILLED
@@ -178,11 +280,21 @@ async def cancel_and_settle(db, host: core.SlurmHost, run_id: int, job_id: str) 
     await follow(db, host, run_id)
 
 
-def stored_result(run: storage.Run) -> core.CompareResult:
-    """The outcome of a Slurm job's run as a :class:`core.CompareResult` for a notifier: status,
-    SHAs, reason and log tail (the figures stay in the database, where reports read them)."""
-    return core.CompareResult(core.RunStatus(run.status), run.base_sha, run.head_sha, reason=run.reason,
-                              log_tail=run.log_tail)
+def stored_result(stored: storage.StoredRun) -> core.CompareResult:
+    """The outcome of a Slurm job's run as a :class:`core.CompareResult`: status, SHAs, reason,
+    log tail, each mode's verdict and the launch numbers of its measured trials (``seqs``, by
+    mode and role), which is what a notifier and a bisect's step read; the trials' figures stay
+    in the database, where reports read them."""
+    run = stored.run
+    seqs: dict[str, dict[str, list[int]]] = {mode: {"base": [], "head": []} for mode in run.modes}
+    for trial in stored.trials:
+        arm = stored.arms[trial.arm_id]
+        if trial.status == "ok" and arm.mode in seqs:
+            seqs[arm.mode][arm.role].append(trial.seq)
+    fields = [f.name for f in dataclasses.fields(core.Verdict)]
+    verdicts = {row.mode: core.Verdict(**{name: getattr(row, name) for name in fields}) for row in stored.verdicts}
+    return core.CompareResult(core.RunStatus(run.status), run.base_sha, run.head_sha, verdicts=verdicts, seqs=seqs,
+                              reason=run.reason, log_tail=run.log_tail)
 
 
 def killed_by_slurm(run: storage.Run) -> bool:
@@ -212,6 +324,13 @@ async def live_line(config: core.Config, run: storage.Run) -> str | None:
     return f"Slurm job {slurm['job_id']} {slurm.get('state', 'UNKNOWN')}{reason}{node}"
 
 
+def _free_port() -> int:
+    """A TCP port no process on this node holds now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
 async def run_job(spec_path: str) -> int:
     """The job's worker on the node: run the compare of the spec at ``spec_path`` into its
     recorded run; 0 when the compare ended on its own (done, failed or refused: the run says
@@ -223,8 +342,11 @@ async def run_job(spec_path: str) -> int:
     job_id = os.environ.get("SLURM_JOB_ID", "")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     host = core.SlurmHost(spec["host_name"], core.HostConfig.model_validate(spec["host"]), "").on_node(node)
+    engine = core.EngineConfig.model_validate(spec["engine"])
+    if host.config.slurm and not host.config.slurm.exclusive:  # a job of ours may share the node
+        engine = engine.model_copy(update={"port": _free_port()})
     request = core.CompareRequest(
-        engine_name=spec["engine_name"], engine=core.EngineConfig.model_validate(spec["engine"]),
+        engine_name=spec["engine_name"], engine=engine,
         workload_name=spec["workload_name"], workload=core.WorkloadConfig.model_validate(spec["workload"]),
         head_ref=spec["head_ref"], base_ref=spec["base_ref"], modes=spec["modes"],
         settings=core.CompareConfig.model_validate(spec["settings"]), host=host, force_clean=spec["force_clean"])

@@ -63,6 +63,9 @@ from core._commit_bisect import (
     BisectStep as BisectStep,
 )
 from core._commit_bisect import (
+    CompareRunner as CompareRunner,
+)
+from core._commit_bisect import (
     bisect as bisect,
 )
 from core._compare import (

@@ -24,6 +24,7 @@ Owner; short_error names a database error without its SQL).
 from storage._db import StorageError, default_url, open_database
 from storage._history import load_findings, load_series
 from storage._jobs import (
+    adopt,
     answer_command,
     cancel_queued,
     claim_next,
@@ -79,7 +80,7 @@ __all__ = [
     "latest_calibration", "update_settings", "unsettled_slurm_runs",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",
     "enqueue", "claim_next", "get_job", "job_by_key", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",
-    "orphaned_jobs", "requeue_or_fail", "record_command", "list_commands",
+    "orphaned_jobs", "adopt", "requeue_or_fail", "record_command", "list_commands",
     "ScheduleTick", "watch_jobs", "record_tick", "list_ticks",
     "requeue", "receive_command", "answer_command", "unanswered_commands", "take_command", "first_sight",
     "SeenRequest", "Owner", "Heartbeat", "identity", "keep_alive", "owner_alive", "short_error",

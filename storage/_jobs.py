@@ -143,6 +143,18 @@ def requeue(db: Engine, job_id: int, reason: str, claimed_at: dt.datetime | None
         return done.rowcount == 1
 
 
+def adopt(db: Engine, job_id: int, claimed_at: dt.datetime | None) -> Job | None:
+    """Take over job ``job_id``, left running by a bot that is gone, as this process's running
+    job (a restarted bot following the Slurm job of its run again), while the claim that
+    started at ``claimed_at`` still holds; the job as now claimed, or ``None`` when another bot
+    got there first."""
+    with Session(db, expire_on_commit=False) as session:
+        done = session.execute(update(Job).where(*_claim(job_id, claimed_at))
+                               .values(owner=identity().as_owner(), started_at=utcnow()))
+        session.commit()
+        return session.get(Job, job_id, populate_existing=True) if done.rowcount == 1 else None
+
+
 def requeue_or_fail(db: Engine, job_id: int, requeue: bool, reason: str,
                     claimed_at: dt.datetime | None = None) -> str | None:
     """Close an orphaned job: queue it again (keeping its place: the queue is by id) if

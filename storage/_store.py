@@ -170,10 +170,12 @@ class RunStore(CompareObserver):
 class BisectStore(BisectObserver):
     """Records one bisect: its run (kind ``bisect``) once the range is resolved, and each
     step's compare as its own compare run (a :class:`RunStore`), linked both ways;
-    ``compare_runs`` maps each step number to its compare run's id. Every hook commits at once."""
+    ``compare_runs`` maps each step number to its compare run's id. Every hook commits at once.
+    ``compare_extra`` is merged into each compare run's settings (a Slurm bisect's
+    ``{"slurm": ...}``, so each is settled by its job's state)."""
 
-    def __init__(self, db: Engine, request: BisectRequest) -> None:
-        self.db, self.request = db, request
+    def __init__(self, db: Engine, request: BisectRequest, compare_extra: dict | None = None) -> None:
+        self.db, self.request, self.compare_extra = db, request, compare_extra or {}
         self.run_id: int | None = None
         self.compare_runs: dict[int, int] = {}  # step number -> the id of that step's compare run
 
@@ -197,7 +199,7 @@ class BisectStore(BisectObserver):
         store = RunStore(self.db)
         self.compare_runs[step.number] = store.create(
             request, step.base_sha, step.head_sha,
-            extra={"bisect": {"run_id": self.run_id, "step": step.number, "kind": step.kind}})
+            extra={**self.compare_extra, "bisect": {"run_id": self.run_id, "step": step.number, "kind": step.kind}})
         return store
 
     def _update(self, changes: dict, **fields) -> None:
@@ -214,7 +216,8 @@ class BisectStore(BisectObserver):
 
     def step_finished(self, step: BisectStep) -> None:
         row = {**step.to_dict(), "compare_run_id": self.compare_runs.get(step.number)}
-        self._update({"steps": lambda b: [*b["steps"], row]})
+        # in step order: the compares of one round (core._commit_bisect) may end in any order
+        self._update({"steps": lambda b: sorted([*b["steps"], row], key=lambda step: step["number"])})
 
     def finished(self, result: BisectResult) -> None:
         if self.run_id is None:

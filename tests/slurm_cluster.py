@@ -166,9 +166,44 @@ PartitionName=test Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE Sta
                          if p.is_file())
         raise RuntimeError(f"{what} did not come up within {timeout_s:g} s; logs:\n{logs}")
 
+    def _ours(self, pid: int) -> bytes | None:
+        """The raw environment of process ``pid`` if it belongs to this cluster (its
+        ``SLURM_CONF`` is this cluster's), else ``None``."""
+        try:
+            # read raw: psutil's parse of a retitled process's environment misses the variable
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return None
+        return environ if f"SLURM_CONF={self.conf}\0".encode() in environ else None
+
+    def job_processes(self) -> list[psutil.Process]:
+        """Processes that this cluster's jobs started and that are still alive (a job's worker,
+        its engine: anything whose environment has ``SLURM_JOB_ID`` and this ``SLURM_CONF``),
+        and its job steps (``slurmstepd``: detached from slurmd, they outlive it and ignore
+        SIGTERM). Never this process or one outside this cluster."""
+        found = []
+        for proc in psutil.process_iter(["name"]):
+            if proc.pid == os.getpid() or (environ := self._ours(proc.pid)) is None:
+                continue
+            if proc.info["name"] == "slurmstepd" or b"\0SLURM_JOB_ID=" in b"\0" + environ:
+                found.append(proc)
+        return found
+
+    def kill_job_processes(self) -> list[int]:
+        """SIGKILL each of :meth:`job_processes`; returns their pids."""
+        killed = []
+        for leftover in self.job_processes():
+            try:
+                leftover.kill()
+                killed.append(leftover.pid)
+            except psutil.Error:
+                pass
+        return killed
+
     def close(self) -> None:
-        """Stop the daemons this fixture started (by their pids), and the job steps (slurmstepd)
-        their slurmd started (detached, they outlive it and ignore SIGTERM); remove the folder."""
+        """Stop the daemons this fixture started (by their pids), then kill what this cluster's
+        jobs left behind (:meth:`job_processes`: a failing test must leave no worker or engine
+        running); remove the folder."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
@@ -178,14 +213,7 @@ PartitionName=test Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE Sta
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for step in psutil.process_iter(["name"]):  # detached from slurmd: found by this cluster's SLURM_CONF
-            try:
-                # read raw: psutil's parse of a retitled process's environment misses the variable
-                if (step.info["name"] == "slurmstepd"
-                        and f"SLURM_CONF={self.conf}\0".encode() in Path(f"/proc/{step.pid}/environ").read_bytes()):
-                    step.kill()
-            except (psutil.Error, OSError):
-                pass
+        self.kill_job_processes()
         pid = getattr(self, "_munged_pid", None)
         if pid:
             try:

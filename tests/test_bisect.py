@@ -4,6 +4,7 @@ c8, c6 fails to start, real launch noise), a range with no regression, bad range
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -84,34 +85,56 @@ async def test_bisect_names_the_planted_commit_within_the_bound(planted, tmp_pat
         assert len(compare_run.trials) == step["trials"]
 
 
-def simulate(n: int, culprit: int, broken: int | None) -> tuple[list[int], int]:
-    """Drive the search with exact verdicts: commits from ``culprit`` on are slower, ``broken``
-    never starts. Returns (candidates, compares including the confirm and the final one)."""
-    search, compares = Search(n), 1
-    while (plan := search.next()) is not None:
-        kind, base, head = plan
-        compares += 1
-        if broken in (base, head):
-            search.record(kind, base, head, None, base_failed=base == broken)
-            continue
-        slower = head >= culprit if kind == "probe" else base < culprit <= head
-        search.record(kind, base, head, core.REGRESSION if slower else core.NO_CHANGE)
-    return search.candidates(), compares + (0 if search.confirmed else 1)
+def simulate(n: int, culprit: int, broken: int | None, k: int = 1) -> tuple[list[int], int, int]:
+    """Drive the search with exact verdicts, ``k`` compares a round: commits from ``culprit``
+    on are slower, ``broken`` never starts. Returns (candidates, compares and rounds, both
+    including the confirm and the final one)."""
+    search, compares, rounds = Search(n), 1, 1
+    while plans := search.round(k):
+        assert len(plans) <= k and len({head for _, _, head in plans}) == len(plans)
+        compares, rounds = compares + len(plans), rounds + 1
+        for kind, base, head in sorted(plans, key=lambda plan: plan[2]):  # recorded in commit order
+            if broken in (base, head):
+                search.record(kind, base, head, None, base_failed=base == broken)
+                continue
+            slower = head >= culprit if kind == "probe" else base < culprit <= head
+            search.record(kind, base, head, core.REGRESSION if slower else core.NO_CHANGE)
+    final = 0 if search.confirmed else 1
+    return search.candidates(), compares + final, rounds + final
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 16, 17, 33])
-def test_search_finds_every_position_within_the_bound(n):
-    bound = math.ceil(math.log2(n)) + 2
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 16, 17, 33, 64])
+def test_search_finds_every_position_within_the_bound(n, k):
+    """k = 1 is the sequential bisect (at most ceil(log2 N) + 2 compares); with k compares a
+    round, at most ceil(log_(k+1) N) + 2 rounds (the pair compare may add one), a skipped
+    commit at most one more round, and the same culprit."""
+    bound = math.ceil(math.log2(n)) + 2 if k == 1 else math.ceil(math.log(n, k + 1) - 1e-9) + 3
     for culprit in range(n):
-        candidates, compares = simulate(n, culprit, None)
-        assert candidates == [culprit] and compares <= bound, (n, culprit)
+        candidates, compares, rounds = simulate(n, culprit, None, k)
+        assert candidates == [culprit] and rounds <= bound, (n, culprit)
+        if k == 1:
+            assert compares == rounds
         for broken in range(n - 1):  # bad itself was measured by the confirm compare
-            candidates, compares = simulate(n, culprit, broken)
-            assert compares <= bound + 1, (n, culprit, broken)  # one skip costs at most one compare
+            candidates, compares, rounds = simulate(n, culprit, broken, k)
+            assert rounds <= bound + 1, (n, culprit, broken)  # one skip costs at most one round
             if broken in (culprit - 1, culprit):  # the culprit cannot be told from its untestable neighbour
                 assert culprit in candidates and broken in candidates and len(candidates) == 2, (culprit, broken)
             else:
                 assert candidates == [culprit], (n, culprit, broken, candidates)
+
+
+def test_a_round_cuts_the_untested_commits_evenly():
+    search = Search(16)  # commits 0..14 untested, 15 is bad
+    assert [head for _, _, head in search.round(1)] == [7]
+    assert [head for _, _, head in search.round(2)] == [5, 10]
+    assert [head for _, _, head in search.round(3)] == [3, 7, 11]
+    search.skipped = {7}
+    assert [head for _, _, head in search.round(3)] == [3, 8, 11]
+    search.lo, search.hi = 10, 11
+    assert search.round(3) == [("pair", 10, 11)]  # one left: hi against its parent, alone
+    with pytest.raises(ValueError, match="at least one"):
+        search.round(0)
 
 
 @pytest.mark.parametrize(("good", "bad", "message"), [
@@ -217,6 +240,46 @@ async def test_fake_host_bisect_finds_the_culprit_within_the_bound_and_skips_a_b
     broken = [s for s in result.steps if shas["c6"] in (s.head_sha, s.base_sha)]
     assert broken and all(s.status == "failed" for s in broken) and "skipped" in broken[0].outcome
     assert result.trials == len(host.launches)
+
+
+async def test_fake_host_k_ary_bisect_runs_each_round_side_by_side_in_fewer_rounds(planted, tmp_path):
+    """Three compares a round, each on a host of its own (a runner like the Slurm front end's):
+    the same culprit and skip as the sequential bisect, the compares of a round running at
+    once, fewer rounds than a sequential bisect's bound, and the spend against it."""
+    path, shas, _ = planted
+    request, _ = fake_bisect(path, shas, tmp_path / "work", "good", "c16", planted_itl(shas, 8, broken=6))
+    request.parallel = 3
+    running, most = 0, 0
+
+    async def on_own_host(step, compare_request, observer):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        host = FakeHost(tmp_path / f"node{step.number}", planted_itl(shas, 8, broken=6))
+        try:
+            result = await core.compare(dataclasses.replace(compare_request, host=host), observer,
+                                        shas=(step.base_sha, step.head_sha))
+        finally:
+            running -= 1
+        step.node_s, step.where = 3600.0, f"host {step.number}"  # an hour each, to check the sums
+        return result
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    store = storage.BisectStore(db, request)
+    result = await core.bisect(request, store, run_compare=on_own_host)
+    assert result.status == "found" and result.culprit == shas["c8"] and result.confirmed, result.message
+    stored = storage.load_run(db, store.run_id).run.settings["bisect"]
+    assert [s["number"] for s in stored["steps"]] == list(range(1, result.compares + 1))  # in step order
+    assert [s["round"] for s in stored["steps"]] == [s.round for s in result.steps]
+    heads = [{s.head_sha for s in result.steps if s.round == r} for r in range(1, result.rounds + 1)]
+    assert most == 3 and max(len(h) for h in heads) == 3  # (a round also holds its INCONCLUSIVE retries)
+    assert result.rounds <= math.ceil(math.log(16, 4)) + 3 < result.max_compares
+    assert [s.outcome for s in result.steps if s.head_sha == shas["c6"]][0].endswith("skipped")
+    spend = result.to_dict()["spend"]
+    assert (spend["parallel"], spend["rounds"], spend["rounds_sequential"]) == (3, result.rounds, 6)
+    assert spend["node_hours"] == result.compares and spend["node_hours_sequential"] == 6.0
+    assert f"used {result.compares:.3f} node-hours against about 6.000 for the sequential bisect" in spend["line"]
+    assert len(result.round_elapsed_s) == result.rounds
 
 
 async def test_fake_host_bisect_skips_a_commit_that_stays_inconclusive_with_twice_the_trials(tmp_path):

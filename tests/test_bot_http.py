@@ -327,6 +327,8 @@ async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emula
     assert reply.body["text"].startswith(f"job {job.id}, run {job.run_id} bisect FOUND")
     steps = next(b["text"]["text"] for b in reply.body["blocks"] if b.get("text", {}).get("text", "").startswith("*steps*"))
     assert steps.count("\n") == len(record["steps"]) and shas["c2"][:12] in steps
+    context = str([b for b in reply.body["blocks"] if b["type"] == "context"])
+    assert record["spend"]["line"] in context and "node-hours against about" in context  # the spend, as stored
     edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == job.slack["progress_ts"]]
     assert any("step 2 (probe)" in e.body["text"] for e in edits)  # progress in the thread, step by step
     assert "finished: bisect found" in edits[-1].body["text"]

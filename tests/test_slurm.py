@@ -5,19 +5,24 @@ compare through the CLI and one through the bot each run as one Slurm job that r
 on one node to a verdict, with job id and node stored and shown; a failed compare keeps its
 own reason, a job whose worker never ran is failed with Slurm's; a job Slurm ends (scancel,
 its time limit) leaves the run marked with Slurm's reason and no engine process; a job
-specperf did not submit is never touched. Tests run their jobs side by side (one per node) to
-keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
+specperf did not submit is never touched; a bisect runs the probes of each round as
+concurrent Slurm jobs on separate nodes; the fixture kills what its jobs leave behind. Tests
+run their jobs side by side (one per node) to keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
 (tests/conftest.py); the config test and the rules of settling a run are in the fast tier."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import core
@@ -26,7 +31,7 @@ from bot import load_config as load_bot_config
 from bot._slack_app import SlackBot
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
-from tests.fake_engine_repo import make_repo
+from tests.fake_engine_repo import linear_history, make_repo
 
 
 def slurm_host(tmp_path: Path) -> str:
@@ -217,6 +222,185 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
     assert never_ran.status == "interrupted" and "was cancelled (scancel)" in never_ran.reason
 
 
+def job_times(cluster, job_id: str) -> tuple[dt.datetime, dt.datetime, str]:
+    """(start, end, node) of a job as slurmctld remembers it (``MinJobAge``)."""
+    fields = dict(word.partition("=")[::2] for word in
+                  cluster.run("scontrol", "-o", "show", "job", job_id, check=True).stdout.split())
+    return (dt.datetime.fromisoformat(fields["StartTime"]), dt.datetime.fromisoformat(fields["EndTime"]),
+            fields["BatchHost"])
+
+
+async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the_culprit(slurm_cluster, tmp_path,
+                                                                                          unused_tcp_port):
+    """``specperf bisect`` on a planted 5-commit history (c4 slows decoding, c2 never starts)
+    with three compares a round: round 2 probes c2, c3 and c4 side by side as three Slurm jobs
+    on three nodes (their run times overlap, per Slurm), skips c2, and the final compare
+    confirms c4 against its parent: three rounds instead of a sequential bisect's five. The
+    node-hours used and the sequential estimate are in the terminal, the JSON report and the
+    stored bisect run. ``exclusive = false`` with ``gres = "gpu:2"``: each job still holds a
+    node's GPUs alone, and each engine takes a free port, which the four slurmd on one machine
+    need (separate nodes would not)."""
+    shas = make_repo(tmp_path / "repo", linear_history(n=5, slow=4, broken=2))
+    config = slurm_config(tmp_path, tmp_path / "repo", unused_tcp_port,
+                          "output_len = 64\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1", trials=4)
+    config.write_text(config.read_text().replace(
+        "poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\nbisect_parallel = 3\n").replace(
+        "cooldown_s = 0\n", "cooldown_s = 0\nmargin_pct = 5.0\n"))
+    proc = specperf(config, tmp_path, "bisect", "good", "c5", "--json", str(tmp_path / "bisect.json"))
+    out, err = await asyncio.to_thread(proc.communicate, timeout=240)
+    assert proc.returncode == 0, out + err
+
+    report = json.loads((tmp_path / "bisect.json").read_text())
+    assert report["status"] == "found" and report["culprit"] == shas["c4"] and report["confirmed"], report["message"]
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    stored = storage.load_run(db, report["run_id"]).run.settings["bisect"]
+    steps = stored["steps"]
+    assert [s["number"] for s in steps] == list(range(1, len(steps) + 1)) == [s["number"] for s in report["steps"]]
+    by_round = {r: [s for s in steps if s["round"] == r] for r in range(1, 4)}
+    # (a round also holds the INCONCLUSIVE retries of its compares, each after its first try)
+    assert [{s["head_sha"] for s in by_round[r]} for r in range(1, 4)] == [
+        {shas["c5"]}, {shas["c2"], shas["c3"], shas["c4"]}, {shas["c4"]}]
+    assert {s["head_sha"]: s["verdict"] for s in by_round[2]} == {  # the last compare of each commit decided
+        shas["c2"]: None, shas["c3"]: core.NO_CHANGE, shas["c4"]: core.REGRESSION}
+    assert "skipped" in next(s for s in by_round[2] if s["head_sha"] == shas["c2"])["outcome"]
+    assert by_round[3][-1]["base_sha"] == shas["c3"] and by_round[3][-1]["verdict"] == core.REGRESSION
+
+    # each probe ran as a Slurm job of its own; one round's jobs overlapped, each on its own node
+    runs = {s["number"]: storage.load_run(db, s["compare_run_id"]) for s in steps}
+    for step in steps:
+        job = runs[step["number"]].run.settings["slurm"]
+        assert job["ended"] and step["where"] == f"Slurm job {job['job_id']} on {job['node']}"
+        assert step["node_s"] == job["run_s"] > 0
+        assert all(group_members(t.pgid) == [] for t in runs[step["number"]].trials)
+    times = [job_times(slurm_cluster, runs[s["number"]].run.settings["slurm"]["job_id"])
+             for s in by_round[2] if s["kind"] == "probe"]  # the first tries, started together
+    assert len({node for _, _, node in times}) == 3, times
+    assert max(start for start, _, _ in times) < min(end for _, end, _ in times), times  # all three ran at once
+
+    spend = report["spend"]
+    assert stored["spend"] == spend
+    assert (spend["parallel"], spend["compares"], spend["rounds"], spend["rounds_sequential"]) == (3, len(steps), 3, 5)
+    mean_h = sum(s["node_s"] for s in steps) / 3600 / len(steps)
+    assert spend["node_hours"] == pytest.approx(mean_h * len(steps))
+    assert spend["node_hours_sequential"] == pytest.approx(mean_h * 5)
+    assert spend["line"] in out and "round" in out  # the terminal table shows each step's round and job
+    # the default k: the partition's node count (4 here), at most 4
+    from bot import _slurm
+
+    host = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+    assert await _slurm.bisect_parallel(host) == 4
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_fixture_finds_and_kills_what_its_jobs_left(slurm_cluster, tmp_path):
+    """A job that leaves a detached process behind (as a crashed worker's engine would): the
+    fixture's clean-up (run at teardown) finds it by its environment and kills it, and nothing
+    outside the cluster's jobs."""
+    pid_file = tmp_path / "orphan.pid"
+    job = slurm_cluster.run("sbatch", "--parsable", "--job-name=leaves-an-orphan", f"--output={tmp_path}/job.out",
+                            "--wrap", f"setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo $! > {pid_file}",
+                            check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while "COMPLETED" not in slurm_cluster.run("scontrol", "-o", "show", "job", job).stdout:
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.2)
+    orphan = int(pid_file.read_text())
+    bystander = subprocess.Popen(["sleep", "300"])  # this cluster's SLURM_CONF, but no job's
+    try:
+        assert orphan in [p.pid for p in slurm_cluster.job_processes()]
+        assert orphan in slurm_cluster.kill_job_processes()
+        deadline = time.monotonic() + 10
+        while alive(orphan):
+            assert time.monotonic() < deadline, "the orphan lives on"
+            time.sleep(0.1)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_path, emulator, unused_tcp_port):
+    """The real ``specperf bot``, stopped cleanly while two compares run as Slurm jobs, leaves
+    both jobs to Slurm (nothing cancelled, nothing queued again). One ends while no bot runs;
+    the restarted bot settles it from Slurm's record and posts its verdict. The other is still
+    running: the restarted bot follows the same Slurm job again, relays its trials as the job
+    streams them into the database, and posts its verdict in the job's thread."""
+    from tests.bot_support import start_bot
+
+    make_repo(tmp_path / "repo")
+    url, home, log = f"sqlite:///{tmp_path}/bot.db", tmp_path / "home", open(tmp_path / "bot.log", "w")
+    # idle: ITL x 50, so the idle compare's four launches take about 15 s of tokens on the node
+    config = write_config(tmp_path, tmp_path / "repo", unused_tcp_port, emulator.api_url,
+                          workload="output_len = 16\nrequests = 2\nwarmup_requests = 0\n", lease_s=3)
+    config.write_text(slurm_host(tmp_path).replace("poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\n")
+                      + config.read_text().replace('[engines.fake]\nkind = "command"\n',
+                                                   '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(
+        '[engines.fake.modes]\n', '[engines.fake.modes]\nidle = ["--itl-scale", "50"]\n'))
+    db = storage.open_database(url)
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        await post_command(port, form("compare slow --modes idle", trigger="long"))
+        await post_command(port, form("compare noop --modes baseline", trigger="short"))
+        runs = await wait_for(lambda: (r := {j.id: j.run_id for j in storage.list_jobs(db, ("running",))})
+                              and len(r) == 2 and all(r.values()) and r, 30, what="both jobs' runs")
+        long_run, short_run = runs[1], runs[2]
+        await wait_for(lambda: all(storage.load_run(db, r).trials for r in runs.values()), 90,
+                       what="both compares' first launches")
+        jobs = {run_id: storage.load_run(db, run_id).run.settings["slurm"]["job_id"] for run_id in runs.values()}
+        os.kill(proc.pid, signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for run_id, job_id in jobs.items():  # left to Slurm: neither cancelled nor queued again
+        assert "CANCELLED" not in slurm_cluster.run("scontrol", "-o", "show", "job", job_id).stdout
+        assert storage.job_for_run(db, run_id).status == "running"
+    await wait_for(lambda: "JobState=COMPLETED" in slurm_cluster.run("scontrol", "-o", "show", "job",
+                                                                    jobs[short_run]).stdout, 90,
+                   what="the short compare's job to end while no bot runs")
+    assert "JobState=RUNNING" in slurm_cluster.run("scontrol", "-o", "show", "job", jobs[long_run]).stdout
+    restarted_at = len(emulator.recorded("chat.update"))
+    measured_before = len([t for t in storage.load_run(db, long_run).trials if t.status == "ok"])
+
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        done = await wait_for(lambda: (j := [storage.job_for_run(db, r) for r in runs.values()])
+                              and all(x.status in ("done", "failed") for x in j) and j, 120, what="both jobs' ends")
+        assert [j.status for j in done] == ["done", "done"], [j.reason for j in done]
+
+        def verdicts_posted():
+            return all(any(p.body.get("blocks") and p.body.get("thread_ts") == j.slack["thread_ts"]
+                           for p in emulator.recorded("chat.postMessage")) for j in done)
+
+        await wait_for(verdicts_posted, 30, what="both verdicts in their threads")
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 60)
+        log.close()
+    for job in done:
+        run = storage.load_run(db, job.run_id)
+        assert job.attempts == 0 and run.run.status == "done" and run.run.settings["slurm"]["state"] == "COMPLETED"
+        assert run.run.settings["slurm"]["job_id"] == jobs[job.run_id]  # the same Slurm job, followed again
+        assert [v.verdict for v in run.verdicts] and all(group_members(t.pgid) == [] for t in run.trials)
+        thread = [p.body for p in emulator.recorded("chat.postMessage") if p.body.get("thread_ts") == job.slack["thread_ts"]]
+        assert any(f"Slurm job {jobs[job.run_id]} runs on" in p["text"] for p in thread), thread
+        assert any(f"follows Slurm job {jobs[job.run_id]} again" in p["text"] for p in thread), thread
+        headers = [p["blocks"][0]["text"]["text"] for p in thread if p.get("blocks")]
+        assert len(headers) == 1 and headers[0].startswith(run.verdicts[0].verdict), headers  # its verdict, posted
+    relayed = [c.body["text"] for c in emulator.recorded("chat.update")[restarted_at:]
+               if c.body["ts"] == done[0].slack["progress_ts"]]
+    assert any("trial" in text for text in relayed), relayed  # the followed job's trials, relayed
+    assert len([t for t in storage.load_run(db, long_run).trials if t.status == "ok"]) == 4 > measured_before
+    assert len(slurm_cluster.run("squeue", "-h").stdout.split()) == 0
+
+
 def test_slurm_host_config_errors_name_the_fix():
     with pytest.raises(core.ConfigError, match="needs workdir"):
         core.parse_config('[hosts.c]\nkind = "slurm"\n')
@@ -307,3 +491,23 @@ async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_pat
     assert said[runs["not yet submitted"].id] is None and runs["not yet submitted"].status == "running"
     # a run of a Slurm job is Slurm's to settle, never closed as a dead owner's
     assert storage.abandoned_runs(db, lambda owner: False) == []
+
+
+def test_slurm_durations_and_which_jobs_a_restarted_bot_follows_again():
+    from bot import _slurm
+    from core._hosts.slurm import duration_s
+
+    assert [duration_s(t) for t in ("1-02:03:04", "00:01:05", "02:05", "75", "", "None", "INVALID")] == [
+        93784.0, 65.0, 125.0, 75.0, None, None, None]
+
+    def run(kind="compare", job_id="12"):
+        return storage.Run(id=7, kind=kind, engine_name="e", workload_name="w", host="cluster", base_ref="b",
+                           base_sha="b", head_ref="h", head_sha="h", modes=["baseline"],
+                           settings={"slurm": {"job_id": job_id}})
+
+    ours = core.SlurmJob("12", "specperf-run-7", "specperf:run=7", "RUNNING", None, "node1")
+    assert _slurm.adoptable(run(), ours) and _slurm.adoptable(run(), None)  # None: forgotten, settled as such
+    assert not _slurm.adoptable(run(), core.SlurmJob("12", "specperf-run-8", "specperf:run=8", "RUNNING", None, None))
+    assert not _slurm.adoptable(run(), core.SlurmJob("12", "theirs", "", "RUNNING", None, None))
+    assert not _slurm.adoptable(run(kind="bisect"), ours) and not _slurm.adoptable(run(job_id=None), ours)
+    assert not _slurm.adoptable(None, ours)

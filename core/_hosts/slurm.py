@@ -33,7 +33,9 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "S
 class SlurmJob:
     """What Slurm says of one job: ``state`` (``PENDING``, ``RUNNING``, ``COMPLETED``,
     ``CANCELLED``, ``TIMEOUT``, ``NODE_FAIL``, ``PREEMPTED``, ...), ``reason`` (the pending
-    reason, or why it ended; ``None`` when Slurm gives none), ``node`` (once allocated)."""
+    reason, or why it ended; ``None`` when Slurm gives none), ``node`` (once allocated),
+    ``run_s`` (seconds it has held its node so far, or held it in all once ended: Slurm's
+    ``RunTime`` / ``ElapsedRaw``; ``None`` when Slurm does not say)."""
 
     job_id: str
     name: str
@@ -41,6 +43,7 @@ class SlurmJob:
     state: str
     reason: str | None
     node: str | None
+    run_s: float | None = None
 
     @property
     def active(self) -> bool:
@@ -61,6 +64,21 @@ class SlurmJob:
 
 def _field(value: str | None) -> str | None:
     return None if value in (None, "", "None", "(null)", "N/A") else value
+
+
+def duration_s(text: str | None) -> float | None:
+    """Seconds in Slurm's ``[D-]HH:MM:SS`` (``RunTime``, ``Elapsed``; also ``MM:SS``) or a bare
+    number of seconds (``ElapsedRaw``); ``None`` for an empty or unreadable field."""
+    text = _field(text)
+    if text is None:
+        return None
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [int(p) for p in clock.split(":")]
+        seconds = sum(value * 60 ** i for i, value in enumerate(reversed(parts)))
+        return float(seconds + 86400 * (int(days) if days else 0))
+    except ValueError:
+        return None
 
 
 class SlurmHost(LocalHost):
@@ -113,14 +131,15 @@ class SlurmHost(LocalHost):
             fields = dict(word.partition("=")[::2] for word in result.stdout.split())
             return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""),
                             fields.get("JobState", "UNKNOWN"), _field(fields.get("Reason")),
-                            _field(fields.get("BatchHost")) or _field(fields.get("NodeList")))
-        result = await self.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobName,Comment,State,Reason,NodeList"],
-                                timeout_s=60)
+                            _field(fields.get("BatchHost")) or _field(fields.get("NodeList")),
+                            duration_s(fields.get("RunTime")))
+        result = await self.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o",
+                                 "JobName,Comment,State,Reason,NodeList,ElapsedRaw"], timeout_s=60)
         line = result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else ""
-        if line.count("|") != 4:
+        if line.count("|") != 5:
             return None
-        name, comment, state, reason, node = line.split("|")
-        return SlurmJob(job_id, name, comment, state.split()[0], _field(reason), _field(node))
+        name, comment, state, reason, node, elapsed = line.split("|")
+        return SlurmJob(job_id, name, comment, state.split()[0], _field(reason), _field(node), duration_s(elapsed))
 
     async def jobs(self) -> list[SlurmJob]:
         """This user's jobs that specperf submitted and Slurm still holds (``squeue``)."""
@@ -133,6 +152,18 @@ class SlurmHost(LocalHost):
                 if job.ours:
                     found.append(job)
         return found
+
+    async def partition_nodes(self) -> int:
+        """How many nodes the host's partition has (``sinfo``; the default partition when none
+        is set), whatever their state.
+
+        Raises:
+            HostError: sinfo failed (with Slurm's words).
+        """
+        slurm = self.config.slurm
+        partition = ["--partition", slurm.partition] if slurm and slurm.partition else []
+        out = await self._slurm("sinfo", "--noheader", *partition, "--format=%D")
+        return sum(int(word) for word in out.split() if word.isdigit())
 
     async def cancel(self, job_id: str) -> SlurmJob:
         """``scancel`` job ``job_id`` if it is one of ours and still active; returns it.
