@@ -106,8 +106,11 @@ class ExactRateServer:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         first_due = arrival + self.ttft_s
         for k in range(to_send):
-            delay = first_due + k * self.itl_s - time.monotonic()
-            if delay > 0:
+            due = first_due + k * self.itl_s
+            # never early: an event loop may run a timer up to its clock's resolution ahead
+            # of time (uvloop's timers count whole milliseconds), and a token sent early would
+            # let a client's TTFT fall below the schedule that tests hold as a hard floor
+            while (delay := due - time.monotonic()) > 0:
                 await asyncio.sleep(delay)
             if self.drop_at is not None and k >= self.drop_at:
                 return False
