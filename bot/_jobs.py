@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -93,32 +94,36 @@ class Notifier:
 
 
 class JobProgress(core.CompareObserver):
-    """Passes a job's compare progress to the notifier."""
+    """Passes a job's compare progress to the notifier; ``heading()``, when given, is put on
+    the line above each message (a bisect's current step)."""
 
-    def __init__(self, job: storage.Job, notifier: Notifier) -> None:
-        self.job, self.notifier = job, notifier
+    def __init__(self, job: storage.Job, notifier: Notifier, heading: Callable[[], str] | None = None) -> None:
+        self.job, self.notifier, self.heading = job, notifier, heading
 
     def progress(self, message: str) -> None:
-        self.notifier.progress(self.job, message)
+        self.notifier.progress(self.job, f"{self.heading()}\n{message}" if self.heading else message)
 
     def trial_finished(self, arm, seq, trial) -> None:
-        self.notifier.progress(self.job, f"launch {seq} ({arm.mode} {arm.role}): {trial_line(trial)}")
+        self.progress(f"launch {seq} ({arm.mode} {arm.role}): {trial_line(trial)}")
 
     def verdicts_updated(self, verdicts) -> None:
-        self.notifier.progress(self.job, "so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()))
+        self.progress("so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()))
 
 
 class JobBisectProgress(core.BisectObserver):
-    """Passes a bisect job's progress (and each step's compare progress) to the notifier."""
+    """Passes a bisect job's progress to the notifier: its own lines, and each step's compare
+    progress under the line that began the step (``step 2 (probe): ...``), so a progress
+    message always says which step it is in (the notifier shows only the latest message)."""
 
     def __init__(self, job: storage.Job, notifier: Notifier) -> None:
-        self.job, self.notifier = job, notifier
+        self.job, self.notifier, self.step_line = job, notifier, ""
 
     def progress(self, message: str) -> None:
+        self.step_line = message
         self.notifier.progress(self.job, message)
 
     def compare_observer(self, step, request) -> core.CompareObserver:
-        return JobProgress(self.job, self.notifier)
+        return JobProgress(self.job, self.notifier, lambda: self.step_line)
 
     def step_finished(self, step: core.BisectStep) -> None:
         self.notifier.progress(self.job, f"step {step.number} ({step.kind}) {step.head_sha[:12]}: "
