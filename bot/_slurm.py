@@ -250,10 +250,22 @@ async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
     why = ended_reason(job) if job else f"Slurm no longer knows job {slurm.get('job_id')} (it ended and was forgotten)"
     if failed_by_the_kill:
         why += f"; the worker had recorded: {fresh.reason}"
+    tail = None
     if not killed and slurm.get("log"):
         why += f"; the job's output: {slurm['log']}"
-    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed")
+        tail = await _output_tail(host, slurm["log"])
+    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed", tail)
     return why
+
+
+async def _output_tail(host: core.SlurmHost, path: str, lines: int = 40) -> str | None:
+    """The last ``lines`` lines of a job's output file, read through the host; ``None`` when it
+    cannot be read (gone, or the host unreachable)."""
+    try:
+        text = await host.read_text(path, 0, 64 << 10)
+    except (OSError, core.HostError):
+        return None
+    return "\n".join(text.splitlines()[-lines:]).rstrip() or None
 
 
 async def settle(db, config: core.Config) -> list[tuple[int, str]]:

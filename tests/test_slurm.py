@@ -143,6 +143,7 @@ async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one
             assert run.reason == (f"Slurm job {run.settings['slurm']['job_id']} failed (FAILED, NonZeroExitCode) on "
                                   f"{run.settings['slurm']['node']}; the job's output: {log}")
             assert "/no/such/python" in Path(log).read_text()
+            assert "/no/such/python" in run.log_tail  # the job's output, read back through the host
 
 
 async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, emulator,
