@@ -2,10 +2,12 @@
 per compare, holding one node for all its launches (both arms, ABBA, on the same GPUs).
 
 Where jobs are submitted (the CLI, the bot): :func:`submit` records the run, writes the job's
-spec (``<workdir>/jobs/run-<id>.json``, readable by this user only: it holds the database
-URL) and calls ``sbatch``; :func:`follow` relays Slurm's state (pending reason, node) and the
-trials the job streams into the database until the job ends. Slurm, not specperf's host
-lock, decides when and where a compare runs.
+spec (``<workdir>/jobs/run-<id>.json``, readable by the submitting user only: it holds the
+database URL) and calls ``sbatch``; :func:`follow` relays Slurm's state (pending reason, node)
+and the trials the job streams into the database until the job ends. Slurm, not specperf's
+host lock, decides when and where a compare runs. All of that goes through the host's
+control host (:attr:`core.SlurmHost.control`): this machine, or the login node over SSH when
+the host sets ``ssh``, where the spec and the job's output are written and read.
 
 On the node, inside the job (``python -m bot._slurm SPEC``): :func:`run_job` runs the compare
 with the engine, probes, window monitor, GPU hygiene and the benchmark client all on the node,
@@ -70,17 +72,19 @@ def run_settings() -> dict:
 async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra: dict | None = None,
                  run_id: int | None = None) -> tuple[int, str]:
     """Record the run (or use run ``run_id``, recorded with :func:`run_settings`) and submit its
-    job; returns (run id, Slurm job id).
+    job; returns (run id, Slurm job id). The job's folder and spec go through the host (its
+    login node with ``ssh``), the spec readable by that user only.
 
     Raises:
-        core.HostError: sbatch refused the job (the run is then marked failed with its words).
+        core.HostError: sbatch refused the job, or the host (its login node) could not be
+            reached or could not write the spec; the run is then marked failed with its words.
     """
     host = cast(core.SlurmHost, request.host)
+    python = (host.config.slurm and host.config.slurm.python) or sys.executable
     if run_id is None:
         run_id = await asyncio.to_thread(storage.RunStore(db).create, request, *shas,
                                          {**(extra or {}), **run_settings()})
     jobs = f"{host.workdir}/jobs"
-    await host.makedirs(jobs)
     spec_path = f"{jobs}/run-{run_id}.json"
     spec = {"run_id": run_id, "db_url": db.url.render_as_string(hide_password=False), "host_name": host.name,
             "host": host.config.model_dump(mode="json"), "engine_name": request.engine_name,
@@ -89,11 +93,9 @@ async def submit(db, request: core.CompareRequest, shas: tuple[str, str], extra:
             "base_ref": request.base_ref, "modes": request.modes,
             "settings": request.settings.model_dump(mode="json"), "shas": list(shas),
             "force_clean": request.force_clean}
-    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(spec, fh)
-    python = (host.config.slurm and host.config.slurm.python) or sys.executable
     try:
+        await host.makedirs(jobs)
+        await host.write_file(spec_path, json.dumps(spec).encode(), private=True)
         job_id = await host.submit(run_id, [python, "-m", "bot._slurm", spec_path], f"{jobs}/run-{run_id}.log")
     except core.HostError as exc:
         await asyncio.to_thread(storage.mark_abandoned, db, run_id, str(exc), "failed")
@@ -250,10 +252,22 @@ async def _settle_one(db, host: core.SlurmHost, run: storage.Run) -> str | None:
     why = ended_reason(job) if job else f"Slurm no longer knows job {slurm.get('job_id')} (it ended and was forgotten)"
     if failed_by_the_kill:
         why += f"; the worker had recorded: {fresh.reason}"
+    tail = None
     if not killed and slurm.get("log"):
         why += f"; the job's output: {slurm['log']}"
-    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed")
+        tail = await _output_tail(host, slurm["log"])
+    await asyncio.to_thread(storage.mark_abandoned, db, run_id, why, "interrupted" if killed else "failed", tail)
     return why
+
+
+async def _output_tail(host: core.SlurmHost, path: str, lines: int = 40) -> str | None:
+    """The last ``lines`` lines of a job's output file, read through the host (its login node
+    with ``ssh``); ``None`` when it cannot be read (gone, or the host unreachable)."""
+    try:
+        text = await host.read_text(path, 0, 64 << 10)
+    except (OSError, core.HostError):
+        return None
+    return "\n".join(text.splitlines()[-lines:]).rstrip() or None
 
 
 async def settle(db, config: core.Config) -> list[tuple[int, str]]:

@@ -35,7 +35,8 @@ class SlurmConfig(_Strict):
     Slurm and marked with Slurm's reason), ``account``, ``qos``, ``constraint``, ``nodelist``,
     and ``sbatch_args``: further options, word by word. ``python``: the interpreter on the
     nodes that has specperf installed (default: the one running specperf, which must then be
-    on the shared file system). ``poll_s``: how often the submitter reads the job's state and
+    on the shared file system; required when the host's Slurm commands go over ``ssh`` to a
+    login node, where this machine's interpreter means nothing). ``poll_s``: how often the submitter reads the job's state and
     its progress in the database. ``bisect_parallel``: how many compares a bisect runs side by
     side, each a job on a node of its own (k of the k-ary search, core._commit_bisect);
     default: the partition's node count, at most 4 (each doubling of k costs more node-hours
@@ -68,12 +69,23 @@ class SlurmConfig(_Strict):
                 + list(self.sbatch_args))
 
 
+def slurm_python_missing(name: str, ssh: str) -> str:
+    """The error for a Slurm host reached over SSH without ``[hosts.<name>.slurm] python``."""
+    return (f"hosts.{name}.slurm.python is required: hosts.{name} runs Slurm's commands over ssh on "
+            f"{ssh}, so this machine's interpreter means nothing on the cluster; set it to the "
+            "interpreter on the nodes that has specperf installed")
+
+
 class HostConfig(_Strict):
     """A machine that runs engines. With no ``ssh`` it is the local machine; with ``kind =
     "slurm"`` a partition of a Slurm cluster (:class:`SlurmConfig` in ``[hosts.<name>.slurm]``):
     each compare is one Slurm job holding one node, whose work directory is ``workdir``
-    (required: a folder the nodes and this machine share, for worktrees, logs and job files).
-    Slurm's commands run on this machine (a login node reached over SSH is not supported yet).
+    (required: a folder the nodes and the submitting side share, for worktrees, logs and job
+    files). Slurm's commands run on this machine, or, with ``ssh`` (and the other SSH keys
+    below), on a login node reached over SSH: then every Slurm command, the engine's git
+    refs and every file the submitter touches under ``workdir`` (job specs, job output) go
+    to the login node, whose ``python`` runs specperf's helper, and ``[slurm] python`` is
+    required. Inside the job, on the node, everything runs locally (no SSH from the node).
 
     ``ssh``: ``user@host`` (or ``host``), reached on ``port``; host keys are checked against
     ``known_hosts`` (default ``~/.ssh/known_hosts``), never skipped; authentication with
@@ -110,9 +122,6 @@ class HostConfig(_Strict):
     def _kind(self) -> HostConfig:
         kind = self.kind or ("slurm" if self.slurm else "ssh" if self.ssh else "local")
         if kind == "slurm":
-            if self.ssh:
-                raise ValueError('kind = "slurm" runs Slurm\'s commands on this machine; ssh is not supported '
-                                 "for a Slurm host yet (run specperf on a login node)")
             if not self.workdir:
                 raise ValueError('kind = "slurm" needs workdir = "/shared/..." (a folder the nodes share)')
         elif self.slurm:
@@ -346,6 +355,9 @@ class Config(_Strict):
         hosts = dict(self.hosts)
         hosts.setdefault("local", HostConfig())
         object.__setattr__(self, "hosts", hosts)
+        for name, host in hosts.items():
+            if host.kind == "slurm" and host.ssh and not (host.slurm and host.slurm.python):
+                raise ValueError(slurm_python_missing(name, host.ssh))
         for name, engine in self.engines.items():
             if engine.host not in hosts:
                 raise ValueError(

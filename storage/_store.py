@@ -310,12 +310,16 @@ def unsettled_slurm_runs(db: Engine) -> list[Run]:
                 if (run.settings or {}).get("slurm") and not run.settings["slurm"].get("ended")]
 
 
-def mark_abandoned(db: Engine, run_id: int, reason: str, status: str = "interrupted") -> None:
+def mark_abandoned(db: Engine, run_id: int, reason: str, status: str = "interrupted",
+                   log_tail: str | None = None) -> None:
     """Close an abandoned run as ``status`` (interrupted, or failed) and its running trials as
-    interrupted, with ``reason``."""
+    interrupted, with ``reason``; ``log_tail``: the last lines of what it printed (a Slurm
+    job's output), kept as the run's log tail (redacted)."""
     with Session(db) as session:
         run = session.get(Run, run_id)
         run.status, run.reason, run.finished_at = status, reason, utcnow()
+        if log_tail:
+            run.log_tail = redact(log_tail)
         for trial in session.exec(select(Trial).where(Trial.run_id == run_id, Trial.status == "running")):
             trial.status = "interrupted"
             session.add(trial)

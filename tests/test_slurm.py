@@ -6,9 +6,12 @@ on one node to a verdict, with job id and node stored and shown; a failed compar
 own reason, a job whose worker never ran is failed with Slurm's; a job Slurm ends (scancel,
 its time limit) leaves the run marked with Slurm's reason and no engine process; a job
 specperf did not submit is never touched; a bisect runs the probes of each round as
-concurrent Slurm jobs on separate nodes; the fixture kills what its jobs leave behind. Tests
+concurrent Slurm jobs on separate nodes; a compare whose Slurm commands go over SSH to a
+login node (the loopback sshd, tests/ssh_server.py) runs the same way; the fixture kills what
+its jobs leave behind. Tests
 run their jobs side by side (one per node) to keep the tier short. The ``slurm_cluster`` fixture marks a test ``slurm``
-(tests/conftest.py); the config test and the rules of settling a run are in the fast tier."""
+(tests/conftest.py); the config tests, an unreachable login node and the rules of settling a
+run are in the fast tier."""
 
 from __future__ import annotations
 
@@ -34,18 +37,22 @@ from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
 from tests.fake_engine_repo import linear_history, make_repo
 
 
-def slurm_host(tmp_path: Path) -> str:
+def slurm_host(tmp_path: Path, login: str = "") -> str:
     """The Slurm host ``cluster`` (the test cluster's partition) with ``<tmp_path>/shared`` as its
-    shared folder, as TOML."""
-    return (f'[hosts.cluster]\nkind = "slurm"\nworkdir = "{tmp_path}/shared"\n'
-            '[hosts.cluster.slurm]\npartition = "test"\ngres = "gpu:2"\ntime_limit = "00:10:00"\npoll_s = 0.5\n')
+    shared folder, as TOML; ``login``: TOML lines of its SSH keys (Slurm's commands on a login
+    node; ``[slurm] python`` is then this interpreter)."""
+    python = f'python = "{sys.executable}"\n' if login else ""
+    return (f'[hosts.cluster]\nkind = "slurm"\nworkdir = "{tmp_path}/shared"\n{login}'
+            '[hosts.cluster.slurm]\npartition = "test"\ngres = "gpu:2"\ntime_limit = "00:10:00"\npoll_s = 0.5\n'
+            + python)
 
 
-def slurm_config(tmp_path: Path, repo_path: Path, port: int, workload: str, trials: int) -> Path:
-    """A config whose only engine (the fake one) runs on the Slurm host ``cluster``."""
+def slurm_config(tmp_path: Path, repo_path: Path, port: int, workload: str, trials: int, login: str = "") -> Path:
+    """A config whose only engine (the fake one) runs on the Slurm host ``cluster`` (``login``:
+    as for :func:`slurm_host`)."""
     config = tmp_path / "specperf.toml"
     config.write_text(
-        slurm_host(tmp_path) +
+        slurm_host(tmp_path, login) +
         f'[engines.fake]\nkind = "command"\nhost = "cluster"\nrepo = "{repo_path}"\nsource_dir = "src"\n'
         f'source_package = "fake_engine"\npython = "{sys.executable}"\n'
         f'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = {port}\nstop_grace_s = 3\n'
@@ -143,6 +150,46 @@ async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one
             assert run.reason == (f"Slurm job {run.settings['slurm']['job_id']} failed (FAILED, NonZeroExitCode) on "
                                   f"{run.settings['slurm']['node']}; the job's output: {log}")
             assert "/no/such/python" in Path(log).read_text()
+            assert "/no/such/python" in run.log_tail  # the job's output, read back through the host
+
+
+async def test_a_compare_whose_slurm_commands_go_over_ssh_to_a_login_node(slurm_cluster, sshd, tmp_path,
+                                                                        unused_tcp_port):
+    """The Slurm host reached through a login node (the loopback sshd; its exec prefix records
+    each command and points Slurm's commands at the test cluster, which the submitting
+    ``specperf compare`` itself cannot find: no ``SLURM_CONF`` in its environment): the compare
+    reaches a verdict as one Slurm job; git, the job folder, the spec (mode 0600 on the shared
+    folder) and every Slurm command went over SSH, and nothing over SSH ran on the node."""
+    from tests.test_hosts import recorder
+
+    make_repo(tmp_path / "repo")
+    prefix, recorded = recorder(tmp_path)
+    login = (f'ssh = "root@{sshd.address}"\nport = {sshd.port}\nknown_hosts = "{sshd.known_hosts}"\n'
+             f'identity_file = "{sshd.dir / "client_key"}"\n'
+             f'exec_prefix = {json.dumps([*prefix, "env", f"SLURM_CONF={slurm_cluster.conf}"])}\n')
+    config = slurm_config(tmp_path, tmp_path / "repo", unused_tcp_port,
+                          "output_len = 32\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1", trials=2, login=login)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"} | {"SPECPERF_HOME": str(tmp_path / "home")}
+    done = await asyncio.to_thread(
+        subprocess.run, [*SPECPERF, "--config", str(config), "compare", "slow", "--db", f"sqlite:///{tmp_path}/db.sqlite"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    where = f"slurm test via ssh root@{sshd.address}:{sshd.port}"
+    assert f"host cluster ({where}; the benchmark client runs on the Slurm node)" in done.stdout
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), 1)
+    slurm = check_slurm_run(stored, slurm_cluster, tmp_path / "shared", launches=4)
+    assert [v.mode for v in stored.verdicts] == ["baseline"] and stored.run.settings["host_where"] == where
+    assert f"Slurm job {slurm['job_id']} on {slurm['node']}: COMPLETED" in done.stdout
+
+    spec = tmp_path / "shared/jobs/run-1.json"
+    assert spec.stat().st_mode & 0o777 == 0o600 and json.loads(spec.read_text())["run_id"] == 1
+    commands = [json.loads(line) for line in recorded.read_text().splitlines()]
+    words = [argv[argv.index("run") + 2] for argv in commands if "run" in argv]  # what the helper ran
+    assert {"git", "mkdir", "sh", "sbatch", "scontrol"} <= set(words), words
+    assert all(argv[:2] == ["env", f"SLURM_CONF={slurm_cluster.conf}"] for argv in commands)
+    written = next(argv for argv in commands if argv[-1] == str(spec))
+    assert "umask 077" in written[-3]  # the spec is created private, before its bytes are written
+    assert not any("supervise" in argv for argv in commands)  # the engines ran on the node, not over SSH
 
 
 async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster, tmp_path, emulator,
@@ -404,8 +451,6 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
 def test_slurm_host_config_errors_name_the_fix():
     with pytest.raises(core.ConfigError, match="needs workdir"):
         core.parse_config('[hosts.c]\nkind = "slurm"\n')
-    with pytest.raises(core.ConfigError, match="ssh is not supported"):
-        core.parse_config('[hosts.c]\nkind = "slurm"\nworkdir = "/s"\nssh = "a@b"\n')
     with pytest.raises(core.ConfigError, match="time_limit"):
         core.parse_config('[hosts.c]\nkind = "slurm"\nworkdir = "/s"\n[hosts.c.slurm]\ntime_limit = "soon"\n')
     config = core.parse_config('[hosts.c]\nkind = "slurm"\nworkdir = "/s"\n[hosts.c.slurm]\npartition = "gpu"\n'
@@ -413,6 +458,73 @@ def test_slurm_host_config_errors_name_the_fix():
     assert config.hosts["c"].slurm.sbatch_options() == [
         "--partition=gpu", "--gres=gpu:8", "--time=02:00:00", "--account=perf", "--exclusive", "--reservation=r1"]
     assert isinstance(core.open_host("c", config.hosts["c"], Path("/tmp")), core.SlurmHost)
+
+
+def test_a_slurm_host_may_reach_a_login_node_over_ssh_given_the_nodes_python(tmp_path):
+    """``ssh`` (and the other SSH keys) on a Slurm host: its Slurm commands go to the login
+    node, so ``[slurm] python`` is required (one error naming the key, from the file and from a
+    HostConfig built by hand); inside a job, on the node, it is the local machine."""
+    login = ('[hosts.c]\nkind = "slurm"\nworkdir = "/shared"\nssh = "me@login"\nport = 2222\njump = "me@bastion"\n'
+             'exec_prefix = ["env", "SLURM_CONF=/etc/slurm/other.conf"]\npython = "/usr/bin/python3"\n'
+             '[hosts.c.slurm]\npartition = "gpu"\n')
+    with pytest.raises(core.ConfigError) as refused:
+        core.parse_config(login, "specperf.toml")
+    assert str(refused.value).count("\n") == 0 and str(refused.value).startswith(
+        "specperf.toml: hosts.c.slurm.python is required: hosts.c runs Slurm's commands over ssh on me@login")
+    config = core.parse_config(login + 'python = "/shared/venv/bin/python"\n')
+    cfg = config.hosts["c"]
+    assert (cfg.kind, cfg.ssh, cfg.port, cfg.jump, cfg.slurm.python) == (
+        "slurm", "me@login", 2222, "me@bastion", "/shared/venv/bin/python")
+    host = core.open_host("c", cfg, tmp_path, "specperf.toml")
+    assert isinstance(host, core.SlurmHost) and isinstance(host.control, core.SshHost)  # nothing connected yet
+    assert not host.is_local and host.where == "slurm gpu via ssh me@login:2222"
+    assert host.control.source == "specperf.toml" and host.control.workdir == "/shared"
+    node = host.on_node("node3")
+    assert isinstance(node.control, core.LocalHost) and node.is_local
+    assert (node.where, node.workdir) == ("slurm gpu, node node3", "/shared/nodes/node3")
+    local = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+    assert isinstance(local.control, core.LocalHost) and local.where == "slurm test"
+    with pytest.raises(core.ConfigError, match=r"hosts.c.slurm.python is required"):
+        core.open_host("c", cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={"python": None})}), tmp_path)
+    readme = (ROOT / "README.md").read_text().split("### Slurm hosts")[1]
+    example = next(b for b in readme.split("```toml")[1:] if "ssh = " in b).split("```")[0]
+    assert core.open_host("h200-pool", core.parse_config(example).hosts["h200-pool"], tmp_path).where == \
+        "slurm h200 via ssh perf@login1.example:22"  # the README's login-node example is a valid config
+
+
+def test_an_unreachable_login_node_is_one_clear_error_and_leaves_no_run_running(tmp_path):
+    """A login node at a closed port: ``specperf compare`` ends with exit status 5 and one error
+    line naming the host and the address, having recorded and written nothing; a submit whose
+    run is already recorded when the login node cannot be reached marks that run failed with
+    the same words (no run is left "running")."""
+    from bot import _slurm
+    from tests.conftest import free_port, specperf_in_process
+
+    port, known = free_port(), tmp_path / "known_hosts"
+    known.write_text("")
+    login = f'ssh = "root@127.0.0.1"\nport = {port}\nknown_hosts = "{known}"\nconnect_timeout_s = 5\n'
+    config = slurm_config(tmp_path, tmp_path / "repo", free_port(), "requests = 2", trials=2, login=login)
+    db_url = f"sqlite:///{tmp_path}/db.sqlite"
+    done = specperf_in_process(["--config", config, "compare", "slow", "--db", db_url],
+                               env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")})
+    assert done.returncode == 5, done.stdout + done.stderr
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(
+        f"host error: cannot reach host cluster (root@127.0.0.1:{port}): "), errors
+    assert errors[0].endswith("check the address, port and network")
+    assert not (tmp_path / "shared").exists() and not (tmp_path / "db.sqlite").exists()  # nothing written
+
+    db = storage.open_database(db_url)
+
+    host = core.open_host("cluster", core.load_config(config).hosts["cluster"], tmp_path)
+    request = core.CompareRequest(engine_name="fake", engine=core.EngineConfig(kind="command", command=["x"]),
+                                  workload_name="w", workload=core.WorkloadConfig(), head_ref="h", base_ref="b",
+                                  modes=["baseline"], settings=core.CompareConfig(), host=host)
+    with pytest.raises(core.HostError, match=r"cannot reach host cluster \(root@127.0.0.1:"):
+        asyncio.run(_slurm.submit(db, request, ("a" * 40, "b" * 40)))
+    run = storage.load_run(db, 1).run
+    assert run.status == "failed" and run.reason.startswith(f"cannot reach host cluster (root@127.0.0.1:{port})")
+    assert run.settings["slurm"]["job_id"] is None and not (tmp_path / "shared").exists()
 
 
 async def test_a_job_specperf_did_not_submit_is_never_touched(slurm_cluster, tmp_path):

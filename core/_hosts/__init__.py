@@ -7,7 +7,8 @@ Everything is an argv list: over SSH the words (exec prefix first) are joined wi
 
 A small package: :mod:`~core._hosts.base` (the interface, command results, engine handles),
 :mod:`~core._hosts.local` (this machine), :mod:`~core._hosts.slurm` (a Slurm partition: jobs
-submitted from here, the engine local on the node) and :mod:`~core._hosts.ssh` (asyncssh: one reused
+submitted from here, or through a login node over SSH, the engine local on the node; it
+composes a local or SSH host, its ``control``) and :mod:`~core._hosts.ssh` (asyncssh: one reused
 connection, checked host keys, commands tied to the channel by the helper
 :mod:`core._host_agent`). Only ``core`` imports it; front ends use ``core.open_host``.
 """
@@ -27,12 +28,17 @@ __all__ = ["CommandResult", "EngineHandle", "Host", "LocalHost", "SlurmHost", "S
 
 
 def open_host(name: str, config: HostConfig, local_workdir: Path, source: str = "the config file") -> Host:
-    """The :class:`Host` for ``[hosts.<name>]``: by its ``kind``, Slurm, SSH or local.
+    """The :class:`Host` for ``[hosts.<name>]``: by its ``kind``, Slurm (its Slurm commands
+    local or, with ``ssh``, on a login node), SSH or local.
 
     ``local_workdir`` (the data directory) is the local host's default work directory; an
     SSH host's default is ``/var/tmp/specperf``. ``source``: the config file the host was
     read from (:attr:`Config.source`), named by errors that ask for a key to be changed.
     Nothing connects until first use.
+
+    Raises:
+        ConfigError: a Slurm host with ``ssh`` and no ``[slurm] python`` (a config built by
+            hand; :func:`parse_config` refuses it first).
     """
     host: Host
     if config.kind == "slurm":

@@ -1,7 +1,7 @@
 """The host interface: what every host does (run commands, spawn processes, read and write
 files, stop process groups, forward a port, hold the host lock), the command result and the
 launched-engine handle. Local and SSH hosts implement it (:mod:`core._hosts.local`,
-:mod:`core._hosts.ssh`).
+:mod:`core._hosts.ssh`); a Slurm host passes it on to one of them (:mod:`core._hosts.slurm`).
 """
 
 from __future__ import annotations
@@ -181,13 +181,19 @@ class Host(ABC):
         """The file's size in bytes."""
         return json.loads((await self.agent("size", path)).stdout)
 
-    async def write_file(self, path: str, data: bytes) -> None:
-        """Create or replace ``path`` on the host with ``data``.
+    async def write_file(self, path: str, data: bytes, *, private: bool = False) -> None:
+        """Create or replace ``path`` on the host with ``data``; ``private``: readable and
+        writable by the host's user only (mode 0600, also for a file that was there before;
+        set before any byte is written).
 
         Raises:
             HostError: it could not be written.
         """
-        result = await self.run(["dd", f"of={path}", "status=none"], input=data)
+        argv = ["dd", f"of={path}", "status=none"]
+        if private:  # the script is constant; the path is its one argument
+            argv = ["sh", "-c", 'umask 077 && touch -- "$1" && chmod 600 -- "$1" && exec dd of="$1" status=none',
+                    "sh", path]
+        result = await self.run(argv, input=data)
         if result.returncode != 0:
             raise HostError(f"cannot write {path} on host {self.name}: {result.stderr.strip()}")
 
