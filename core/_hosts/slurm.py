@@ -92,6 +92,10 @@ class SlurmHost(LocalHost):
         self.node = node
 
     @property
+    def client_where(self) -> str:
+        return "on the Slurm node, beside the engine"
+
+    @property
     def where(self) -> str:
         partition = (self.config.slurm and self.config.slurm.partition) or "the default partition"
         return f"slurm {partition}" + (f", node {self.node}" if self.node else "")
