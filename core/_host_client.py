@@ -215,7 +215,7 @@ class _Conversation:
     def _output(self) -> str:
         parts = []
         if self.seen:
-            parts.append("its last output lines:\n" + "\n".join(line[:500] for line in self.seen))
+            parts.append("its last output lines:\n" + "\n".join(line[:300] for line in self.seen))
         err = self.proc.stderr_tail()
         parts.append(f"its standard error ends:\n{err}" if err else "nothing on its standard error")
         return "\n".join(parts)
