@@ -168,7 +168,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
 
         def started(run_id: int) -> None:
             recorded["run_id"] = run_id
-            client = "on the Slurm node" if on_slurm else "here" + ("" if host.is_local else ", through an SSH tunnel")
+            client = host.client_where
             console.print(f"run {run_id}: {choice.engine_name}, {args.commit} ({head_sha[:12]}) against "
                           f"{base_sha[:12]}, modes {', '.join(request.modes)}, host {choice.host_name} ({host.where}; "
                           f"the benchmark client runs {client})", markup=False, highlight=False)
@@ -200,6 +200,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     trials = core.figures(result)
     report = core.summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
                             result.launches(), result.disturbed, plans)
+    report["client"] = "local" if host.is_local else host.client_where  # as the run's settings["client"]
     _emit(console, args, run_id, report, trials, title)
     if goal:
         for mode, arms in trials.items():
@@ -294,6 +295,8 @@ def _print_stored(console: Console, args: argparse.Namespace, stored: storage.St
     report, trials = stored_report(stored, recompute=getattr(args, "recompute", False))
     if slurm:
         report["slurm"] = slurm
+    if run.settings.get("client"):
+        report["client"] = run.settings["client"]
     _emit(console, args, run.id, report, trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")
     return status

@@ -19,7 +19,8 @@ def _pct(value: float | None) -> str:
 
 def print_report(console: Console, report: dict, title: str) -> None:
     """A busy host first, then both modes side by side, what limited each verdict, the
-    disturbed launches, then EAGLE-3's speedup over baseline on each side."""
+    disturbed launches, then EAGLE-3's speedup over baseline on each side, and where the
+    benchmark client ran (``report["client"]``, unless local)."""
     if report.get("headline"):
         console.print(Text(report["headline"], style="bold yellow"))
     table = Table(title=title)
@@ -57,6 +58,8 @@ def print_report(console: Console, report: dict, title: str) -> None:
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):
             console.print(f"  {mode} speedup over baseline: {parts}", markup=False, highlight=False)
+    if report.get("client") not in (None, "local"):
+        console.print(f"  benchmark client: {report['client']}", markup=False, highlight=False)
 
 
 def print_bisect(console: Console, report: dict) -> None:

@@ -51,7 +51,7 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
     95% interval, verdict, acceptance length, ms per step) and the verdict's reason; per
     speculative mode its speedup over baseline on each side and the change of that speedup;
     a busy host at the top; the disturbed launches; a context line with host, SHAs, launches per
-    arm and any environment difference between the arms.
+    arm, where the benchmark client ran (unless local) and any environment difference between the arms.
     """
     run = stored.run
     verdicts = [e["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")]
@@ -85,6 +85,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
                f"base `{run.base_sha[:12]}` ({run.base_ref}) | {launches} launches per arm and mode | run {run.id}")
     if slurm := run.settings.get("slurm"):
         context += f" | Slurm job {slurm.get('job_id')} on node `{slurm.get('node')}`"
+    if run.settings.get("client") not in (None, "local"):
+        context += f" | benchmark client {run.settings['client']}"
     environment = report.get("environment") or {}
     notes = []
     if environment.get("arms_differ"):

@@ -60,7 +60,7 @@ def ended_reason(job: core.SlurmJob) -> str:
     return f"Slurm job {job.job_id} {what} ({detail})" + (f" on {job.node}" if job.node else "")
 
 
-CLIENT = "on the Slurm node, beside the engine"  # settings["client"] of a Slurm job's run
+CLIENT = core.SlurmHost.CLIENT_ON_NODE  # settings["client"] of a Slurm job's run
 
 
 def run_settings() -> dict:

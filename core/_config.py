@@ -100,6 +100,15 @@ class HostConfig(_Strict):
     holders count as GPU users; ``ignore_holders``: programs that may hold them (system
     daemons). ``trial_deadline_s``: an engine is killed on the host after this long, whatever
     happens to specperf or the connection.
+
+    ``client``: where the benchmark client runs for an SSH host. ``"here"`` (default): in
+    specperf's process, reaching the engine through an SSH tunnel (the tunnel's latency and
+    jitter are then inside TTFT, ITL and the measured window). ``"host"``: on the host, beside
+    the engine, as specperf's own client started there with ``client_python`` (an interpreter
+    on the host that has the same specperf installed: required then), sending the measured
+    requests to ``http://{engine_address}:{port}`` (core/_host_client.py). Only SSH hosts take
+    ``"host"``: a local host's client already runs beside the engine, and a Slurm job runs it
+    on the node.
     """
 
     ssh: str | None = None
@@ -117,6 +126,8 @@ class HostConfig(_Strict):
     trial_deadline_s: float = Field(default=7200.0, gt=0)
     kind: Literal["local", "ssh", "slurm"] | None = None
     slurm: SlurmConfig | None = None
+    client: Literal["here", "host"] = "here"
+    client_python: str | None = None
 
     @model_validator(mode="after")
     def _kind(self) -> HostConfig:
@@ -129,11 +140,15 @@ class HostConfig(_Strict):
         elif (kind == "ssh") != bool(self.ssh):
             raise ValueError('kind = "ssh" needs ssh = "user@host"' if kind == "ssh" else
                              f'kind = "{kind}" cannot have ssh = ...; leave kind out or set it to "ssh"')
+        if self.client == "host" and kind != "ssh":
+            where = "on the Slurm node" if kind == "slurm" else "on this machine"
+            raise ValueError(f'client = "host" is for SSH hosts: on a {kind} host the benchmark client already runs '
+                             f'{where}, beside the engine; leave client out')
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "slurm", self.slurm or (SlurmConfig() if kind == "slurm" else None))
         return self
 
-    @field_validator("ssh", "jump", "python", "engine_address", mode="before")
+    @field_validator("ssh", "jump", "python", "engine_address", "client_python", mode="before")
     @classmethod
     def _expand_text(cls, value):
         return _expand(value) if isinstance(value, str) else value
@@ -358,6 +373,11 @@ class Config(_Strict):
         for name, host in hosts.items():
             if host.kind == "slurm" and host.ssh and not (host.slurm and host.slurm.python):
                 raise ValueError(slurm_python_missing(name, host.ssh))
+            if host.client == "host" and not host.client_python:
+                raise ValueError(
+                    f'hosts.{name}.client_python is required with client = "host": the path of an interpreter on '
+                    f'host {name} that has specperf installed (the same version as here), for example '
+                    'client_python = "/opt/specperf/bin/python"')
         for name, engine in self.engines.items():
             if engine.host not in hosts:
                 raise ValueError(

@@ -109,12 +109,15 @@ class Sample:
     """The measured requests of one workload run, with their summary.
 
     ``window_s`` spans first measured request sent to last finished; ``output_tok_s`` and
-    ``request_per_s`` are over that window.
+    ``request_per_s`` are over that window. ``measured_by``: where the client ran,
+    ``{"where": "here" | "host", "hostname", "pid", "python"}`` (``"host"`` adds the host's
+    name: the client on an SSH host, core/_host_client.py); empty when not recorded.
     """
 
     requests: list[RequestRecord]
     window_start_s: float
     window_end_s: float
+    measured_by: dict = field(default_factory=dict)
 
     @property
     def window_s(self) -> float:

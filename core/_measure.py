@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import os
+import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ import httpx
 from core._config import EngineConfig, HostConfig, WorkloadConfig
 from core._engines import EngineFigures, adapter_for
 from core._errors import ConfigError, EngineError, EngineExitedError
+from core._host_client import run_on_host
 from core._hosts import EngineHandle, Host, LocalHost
 from core._loadgen import RequestRecord, Sample, run_workload
 from core._window import WindowMonitor
@@ -29,7 +33,8 @@ class TrialResult:
     """One engine launch and its measured window.
 
     ``ready_s``: launch to ready, seconds. ``pgid``: the engine's process group.
-    ``sample``: the client's measurement; ``engine``: what the engine reported.
+    ``sample``: the client's measurement (``sample.measured_by``: where the client ran);
+    ``engine``: what the engine reported.
     ``window``: what the window monitor saw on the host during the measured requests
     (``core/_window.py``; ``{"error": ...}`` if it failed).
     ``length_method``: how the output length was held fixed (core._loadgen.LENGTH_METHODS).
@@ -61,6 +66,7 @@ class TrialResult:
             "ready_s": self.ready_s,
             "length_method": self.length_method,
             "client": self.sample.summary(),
+            "measured_by": self.sample.measured_by,
             "engine": dataclasses.asdict(self.engine),
             "window": self.window,
             "requests": [
@@ -98,8 +104,11 @@ async def measure(
     """Run one trial of ``engine`` in ``mode`` with ``workload`` on ``host`` (default: this machine).
 
     The engine runs on the host in ``cwd`` (default: the host's default) and logs to
-    ``log_dir/<engine>-<mode>-<UTC time>.log`` there; the benchmark client runs here and
-    reaches the engine's port through ``host.forward`` (an SSH tunnel for a remote host).
+    ``log_dir/<engine>-<mode>-<UTC time>.log`` there; readiness, the engine's metrics and the
+    window monitor reach it through ``host.forward`` (an SSH tunnel for a remote host). The
+    benchmark client runs here through the same forward, or, on an SSH host with
+    ``client = "host"``, on the host itself (core/_host_client.py), sending the measured
+    requests to ``http://{engine_address}:{port}`` there; ``sample.measured_by`` says which.
     ``on_launch`` gets the started engine (its ``pgid``) before anything else happens, so a
     caller can record it.
 
@@ -109,7 +118,8 @@ async def measure(
     Raises:
         ConfigError: ``mode`` is not one of the engine's modes.
         HostError: the host cannot be reached, or the connection was lost (the engine is
-            stopped on the host by its supervisor).
+            stopped on the host by its supervisor); with ``client = "host"``, also the client
+            there died, went silent or printed garbage (with its last output lines).
         EngineError: the port is taken, the program is missing, or the engine never got
             ready; EngineExitedError if it died (before ready or while measured). The
             message carries the engine log's tail.
@@ -146,22 +156,39 @@ async def measure(
             if on_ready:
                 on_ready(ready_s)
             window: dict = {}
-            monitor = WindowMonitor(host, engine.python, process.pgid)
-            await monitor.open()
+            monitors: list[WindowMonitor] = []  # the one monitor, once open (on the host: after the client's hello)
+
+            async def open_monitor(own_pids: list[int] | None = None) -> None:
+                monitors.append(WindowMonitor(host, engine.python, process.pgid, own_pids=own_pids))
+                await monitors[0].open()
 
             async def begin() -> None:
                 window["log_offset"] = await process.log_size()
                 window["start"] = await adapter.begin_window(client)
-                await monitor.start()
+                await monitors[0].start()
 
             try:
-                sample = await run_workload(
-                    base_url, engine.request_model_name, workload,
-                    on_request_done=on_request_done, on_measure_start=begin, length_method=adapter.length_method,
-                )
-                seen = await monitor.stop()
+                if host.config.client == "host":  # from the host itself, beside the engine
+                    address = host.config.engine_address
+                    sample = await run_on_host(
+                        host, f"http://{f'[{address}]' if ':' in address else address}:{engine.port}",
+                        engine.request_model_name,
+                        workload, length_method=adapter.length_method, avoid_cpus=engine.cpus,
+                        on_started=lambda hello: open_monitor([hello["pid"], hello["ppid"]]),
+                        on_measure_start=begin, on_request_done=on_request_done,
+                    )
+                else:
+                    await open_monitor()
+                    sample = await run_workload(
+                        base_url, engine.request_model_name, workload,
+                        on_request_done=on_request_done, on_measure_start=begin, length_method=adapter.length_method,
+                    )
+                    sample.measured_by = {"where": "here", "hostname": socket.gethostname(), "pid": os.getpid(),
+                                          "python": sys.executable}
+                seen = await monitors[0].stop()
             finally:
-                await monitor.aclose()
+                for monitor in monitors:
+                    await monitor.aclose()
                 if process.returncode is not None:
                     raise EngineExitedError(
                         f"engine {engine_name!r} exited with status {process.returncode} during the "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 from core._calibrate import Plan, pair_spread_pct
 from core._config import CompareConfig
@@ -66,7 +66,9 @@ class CompareReport(TypedDict):
     """The report of a compare as it crosses to the front ends and into ``--json``: a busy
     host's headline, the settings, each mode's figures, verdict and what limited it, the
     speedups, every launch with its disturbance (rows of :func:`launch_rows`) and the
-    environment. A typed dict, so the JSON shape is the type."""
+    environment; ``client``, added by the front ends: where the benchmark client ran (the
+    run's ``settings["client"]``: ``local``, ``here, through an SSH tunnel``, ``on the host,
+    beside the engine``, ...). A typed dict, so the JSON shape is the type."""
 
     headline: str | None
     settings: dict
@@ -75,6 +77,7 @@ class CompareReport(TypedDict):
     launches: list[dict]
     disturbance: DisturbanceReport
     environment: Environment
+    client: NotRequired[str]
 
 
 def _median(values: list[float | None]) -> float | None:

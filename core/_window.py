@@ -38,12 +38,15 @@ class WindowMonitor:
     engine, as for ``specperf env --watch``), run with ``python`` (the engine's, which has
     ``pynvml`` when NVML can be read; on this machine specperf's own copy is the fallback, as
     for the probe). ``cpus``: the engine's CPUs (default: those its group may run on).
+    ``own_pids``: specperf's own processes on the host, never counted as foreign (default:
+    this process on the local host, where the benchmark client runs in it; the client's
+    process on an SSH host with ``client = "host"``).
     Use :meth:`open`, :meth:`start`, then :meth:`stop`."""
 
     def __init__(self, host: Host, python: str, pgid: int, cpus: list[int] | None = None,
-                 interval_s: float = 0.5) -> None:
+                 interval_s: float = 0.5, own_pids: list[int] | None = None) -> None:
         self.host, self.python, self.pgid = host, python, pgid
-        own = [os.getpid()] if host.is_local else []  # the benchmark client runs in this process
+        own = own_pids if own_pids is not None else [os.getpid()] if host.is_local else []
         self.spec = {"pgid": pgid, "own_pids": own, "interval_s": interval_s, "cpus": cpus,
                      "pynvml_dir": own_pynvml_dir() if host.is_local else None}
         self._proc: Spawned | None = None

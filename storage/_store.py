@@ -55,7 +55,7 @@ class RunStore(CompareObserver):
                 head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes), host=request.host.name,
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
                           "engine": redact(request.engine.model_dump()), "host_where": request.host.where,
-                          "client": "local" if request.host.is_local else "here, through an SSH tunnel",
+                          "client": "local" if request.host.is_local else request.host.client_where,
                           "owner": identity().as_owner(), **(extra or {})},
             )
             session.add(run)

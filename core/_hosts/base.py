@@ -11,7 +11,8 @@ import json
 import shlex
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,19 @@ class CommandResult:
     stderr: str
 
 
+# Where the benchmark client runs, as reports word it after "the benchmark client runs" (and
+# as runs store it in settings["client"]; a local host's runs store "local").
+CLIENT_HERE = "here"
+CLIENT_TUNNEL = "here, through an SSH tunnel"
+CLIENT_ON_HOST = "on the host, beside the engine"
+
+
 class Spawned(ABC):
     """A long-running process on a host with line-oriented pipes."""
+
+    def stderr_tail(self) -> str:
+        """The last lines of standard error so far (spawned with ``stderr=True``; else "")."""
+        return ""
 
     @abstractmethod
     async def readline(self) -> str:
@@ -51,6 +63,47 @@ class Spawned(ABC):
     @abstractmethod
     async def wait(self) -> int | None:
         """Wait for exit; the exit status (``None`` if unknown, as for a lost link)."""
+
+
+class StderrTail:
+    """The last ``lines`` lines of a process's standard error, read by a task of its own (so a
+    chatty process never blocks on a full pipe) until the stream ends. ``read(n)`` returns
+    ``str`` or ``bytes``, ``""``/``b""`` at the end (asyncio's and asyncssh's readers)."""
+
+    def __init__(self, read: Callable[[int], Awaitable[str | bytes]], lines: int = 20) -> None:
+        self._lines: deque[str] = deque(maxlen=lines)
+        self._partial = ""
+        self._task = asyncio.get_running_loop().create_task(self._read(read))
+
+    async def _read(self, read: Callable[[int], Awaitable[str | bytes]]) -> None:
+        while True:
+            try:
+                data = await read(65536)
+            except Exception:  # noqa: BLE001 - a broken channel or pipe: the stream has ended
+                data = ""
+            if not data:
+                if self._partial:
+                    self._lines.append(self._partial)
+                    self._partial = ""
+                return
+            text = self._partial + (data.decode(errors="replace") if isinstance(data, bytes) else data)
+            *complete, self._partial = text.split("\n")
+            self._lines.extend(line[:1000] for line in complete)
+            self._partial = self._partial[-1000:]
+
+    def text(self) -> str:
+        """The kept lines, the unfinished last one included."""
+        return "\n".join([*self._lines, *([self._partial] if self._partial else [])]).rstrip()
+
+    async def finish(self, timeout_s: float = 2.0) -> None:
+        """Wait (at most ``timeout_s``) for the rest of the stream, once the process has ended."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+        except TimeoutError:
+            pass
+
+    def cancel(self) -> None:
+        self._task.cancel()
 
 
 class Host(ABC):
@@ -75,6 +128,13 @@ class Host(ABC):
     def where(self) -> str:
         """How the host is reached, for reports (``local``, ``ssh root@gpu-a in pct exec 129 --``)."""
         return "local"
+
+    @property
+    def client_where(self) -> str:
+        """Where a trial's benchmark client runs, worded for "the benchmark client runs ...":
+        :data:`CLIENT_HERE` on the local host; over SSH :data:`CLIENT_TUNNEL` or, with
+        ``client = "host"``, :data:`CLIENT_ON_HOST`."""
+        return CLIENT_HERE
 
     async def __aenter__(self) -> Host:
         return self
@@ -102,8 +162,10 @@ class Host(ABC):
 
     @abstractmethod
     async def spawn(self, argv: list[str], *, cwd: str | None = None,
-                    env: dict[str, str] | None = None) -> Spawned:
-        """Start ``argv`` with pipes and leave it running. Raises :class:`HostError`."""
+                    env: dict[str, str] | None = None, stderr: bool = False) -> Spawned:
+        """Start ``argv`` with pipes and leave it running. Standard error is discarded, or with
+        ``stderr`` read as it comes and its last lines kept (:meth:`Spawned.stderr_tail`).
+        Raises :class:`HostError`."""
 
     @abstractmethod
     def forward(self, port: int):

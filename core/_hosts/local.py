@@ -13,7 +13,7 @@ from pathlib import Path
 
 from core import _host_agent
 from core._errors import HostError
-from core._hosts.base import AGENT_SOURCE, CommandResult, EngineHandle, Host, Spawned
+from core._hosts.base import AGENT_SOURCE, CommandResult, EngineHandle, Host, Spawned, StderrTail
 from core._process import EngineProcess, launched
 
 
@@ -41,6 +41,10 @@ class _LocalEngine(EngineHandle):
 class _LocalSpawned(Spawned):
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
+        self._stderr = StderrTail(proc.stderr.read) if proc.stderr is not None else None
+
+    def stderr_tail(self) -> str:
+        return self._stderr.text() if self._stderr else ""
 
     async def readline(self) -> str:
         return (await self.proc.stdout.readline()).decode(errors="replace")
@@ -54,7 +58,10 @@ class _LocalSpawned(Spawned):
             self.proc.stdin.close()
 
     async def wait(self) -> int | None:
-        return await self.proc.wait()
+        status = await self.proc.wait()
+        if self._stderr:
+            await self._stderr.finish()
+        return status
 
 
 def _merged_env(env: dict[str, str] | None) -> dict[str, str] | None:
@@ -86,12 +93,13 @@ class LocalHost(Host):
             raise
         return self._result(argv, proc.returncode, stdout, stderr, timeout_s)
 
-    async def spawn(self, argv, *, cwd=None, env=None) -> Spawned:
+    async def spawn(self, argv, *, cwd=None, env=None, stderr=False) -> Spawned:
         self.commands_run += 1
         try:  # its own session: a Ctrl-C at the terminal must not end a lock holder early
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, cwd=cwd, env=_merged_env(env), start_new_session=True)
+                stderr=asyncio.subprocess.PIPE if stderr else asyncio.subprocess.DEVNULL, cwd=cwd,
+                env=_merged_env(env), start_new_session=True, limit=1 << 24)
         except OSError as exc:
             raise HostError(f"cannot start {argv[0]} on host {self.name}: {exc.strerror}") from None
         return _LocalSpawned(proc)

@@ -34,6 +34,7 @@ from core._hosts.base import CommandResult, Host, Spawned
 from core._hosts.local import LocalHost
 from core._hosts.ssh import SshHost
 
+CLIENT_ON_NODE = "on the Slurm node, beside the engine"  # where a Slurm job's benchmark client runs
 JOB_PREFIX = "specperf-run-"
 COMMENT_PREFIX = "specperf:run="
 # Job states in which a job may still run (squeue's); any other state is final.
@@ -107,6 +108,7 @@ class SlurmHost(Host):
     """
 
     JOB_PREFIX = JOB_PREFIX
+    CLIENT_ON_NODE = CLIENT_ON_NODE
 
     def __init__(self, name: str, config: HostConfig, workdir: str, node: str | None = None) -> None:
         super().__init__(name, config, workdir)
@@ -131,6 +133,11 @@ class SlurmHost(Host):
         return self.control.is_local
 
     @property
+    def client_where(self) -> str:
+        """The benchmark client runs in the job, on the node, beside the engine."""
+        return CLIENT_ON_NODE
+
+    @property
     def where(self) -> str:
         """``slurm gpu``, ``slurm gpu via ssh me@login:22`` (jobs submitted through a login
         node), ``slurm gpu, node node1`` (inside a job)."""
@@ -151,8 +158,8 @@ class SlurmHost(Host):
     async def run(self, argv, *, timeout_s=300.0, cwd=None, env=None, input=None) -> CommandResult:
         return await self.control.run(argv, timeout_s=timeout_s, cwd=cwd, env=env, input=input)
 
-    async def spawn(self, argv, *, cwd=None, env=None) -> Spawned:
-        return await self.control.spawn(argv, cwd=cwd, env=env)
+    async def spawn(self, argv, *, cwd=None, env=None, stderr=False) -> Spawned:
+        return await self.control.spawn(argv, cwd=cwd, env=env, stderr=stderr)
 
     def forward(self, port: int):
         return self.control.forward(port)

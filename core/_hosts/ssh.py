@@ -25,15 +25,28 @@ from contextlib import asynccontextmanager
 
 from core._config import HostConfig
 from core._errors import CommandTimeout, EngineError, HostError
-from core._hosts.base import AGENT_SOURCE, CommandResult, EngineHandle, Host, Spawned
+from core._hosts.base import (
+    AGENT_SOURCE,
+    CLIENT_ON_HOST,
+    CLIENT_TUNNEL,
+    CommandResult,
+    EngineHandle,
+    Host,
+    Spawned,
+    StderrTail,
+)
 
 _MAX_SESSIONS = 10  # OpenSSH's default MaxSessions per connection
 
 class _SshSpawned(Spawned):
-    def __init__(self, process, sessions: asyncio.Semaphore) -> None:
+    def __init__(self, process, sessions: asyncio.Semaphore, stderr: bool = False) -> None:
         self.process = process
         self._sessions = sessions
         self._released = False
+        self._stderr = StderrTail(process.stderr.read) if stderr else None
+
+    def stderr_tail(self) -> str:
+        return self._stderr.text() if self._stderr else ""
 
     async def readline(self) -> str:
         try:
@@ -66,6 +79,8 @@ class _SshSpawned(Spawned):
             if not self._released:
                 self._released = True
                 self._sessions.release()
+            if self._stderr:
+                await self._stderr.finish()
         return completed.exit_status
 
 
@@ -142,6 +157,10 @@ class SshHost(Host):
     @property
     def is_local(self) -> bool:
         return False
+
+    @property
+    def client_where(self) -> str:
+        return CLIENT_ON_HOST if self.config.client == "host" else CLIENT_TUNNEL
 
     @property
     def where(self) -> str:
@@ -255,18 +274,19 @@ class SshHost(Host):
                             "was lost (the command's process group is stopped there)")
         return self._result(argv, status, stdout or b"", stderr or b"", timeout_s)
 
-    async def spawn(self, argv, *, cwd=None, env=None) -> Spawned:
+    async def spawn(self, argv, *, cwd=None, env=None, stderr=False) -> Spawned:
         import asyncssh
 
         conn = await self.connection()
         self.commands_run += 1
         await self._sessions.acquire()
         try:
-            process = await conn.create_process(self._command(argv, cwd, env), stderr=asyncssh.DEVNULL)
+            process = await conn.create_process(self._command(argv, cwd, env),
+                                                stderr=asyncssh.PIPE if stderr else asyncssh.DEVNULL)
         except (OSError, asyncssh.Error) as exc:
             self._sessions.release()
             raise HostError(f"cannot start {argv[0]} on host {self.name}: {exc}") from None
-        return _SshSpawned(process, self._sessions)
+        return _SshSpawned(process, self._sessions, stderr)
 
     @asynccontextmanager
     async def forward(self, port: int) -> AsyncIterator[str]:
