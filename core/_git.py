@@ -90,11 +90,25 @@ async def worktree(host: Host, repo: str, sha: str) -> str:
     reused after; returns its path on the host.
 
     A reused worktree must be at ``sha`` with no change to tracked files (a checkout killed
-    half-way is recreated). Callers hold the host lock, so two runs never race here.
+    half-way is recreated). The repository's own worktree records (``.git/worktrees``) are
+    changed under ``flock`` on ``specperf-worktrees.lock`` in its git directory: compares that
+    no host lock serialises (Slurm jobs on several nodes over one shared repository, a k-ary
+    bisect's probes against one good commit) add worktrees of the same commit at once, and git
+    does not guard its records against that (a concurrent ``worktree prune`` removed one being
+    added: "failed to read .git/worktrees/<sha>/commondir").
 
     Raises:
         GitError: git could not create the worktree.
     """
+    git_dir = (await _git(host, repo, "rev-parse", "--git-common-dir")).stdout.strip()
+    lock = f"{git_dir if git_dir.startswith('/') else f'{repo}/{git_dir}'}/specperf-worktrees.lock"
+
+    async def recorded(*args: str) -> CommandResult:  # git worktree ARGS, under the repository's lock
+        result = await host.run(["flock", lock, "git", "-C", str(repo), "worktree", *args], timeout_s=600)
+        if result.returncode == 127:
+            raise GitError(f"git or util-linux's flock is not installed on host {host.name}")
+        return result
+
     path = f"{host.workdir}/worktrees/{sha}"
     await host.makedirs(f"{host.workdir}/worktrees")
     head = await _git(host, path, "rev-parse", "HEAD", check=False)
@@ -102,10 +116,12 @@ async def worktree(host: Host, repo: str, sha: str) -> str:
         dirty = await _git(host, path, "status", "--porcelain", "--untracked-files=no", check=False)
         if head.stdout.strip() == sha and dirty.returncode == 0 and not dirty.stdout.strip():
             return path
-        await _git(host, repo, "worktree", "remove", "--force", path, check=False)
+        await recorded("remove", "--force", path)
         await host.run(["rm", "-rf", "--", path])
-    await _git(host, repo, "worktree", "prune")
-    result = await _git(host, repo, "worktree", "add", "--detach", "--force", path, sha, check=False)
+    pruned = await recorded("prune")
+    if pruned.returncode != 0:
+        raise GitError(f"git worktree prune failed in {repo} on host {host.name}: {pruned.stderr.strip()}")
+    result = await recorded("add", "--detach", "--force", path, sha)
     if result.returncode != 0:
         errors = [line for line in result.stderr.splitlines() if line.startswith(("fatal", "error"))]
         raise GitError(f"git worktree add of {sha[:12]} failed: {' '.join(errors) or result.stderr[-300:]}")

@@ -175,7 +175,7 @@ async def test_a_compare_whose_slurm_commands_go_over_ssh_to_a_login_node(slurm_
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     where = f"slurm test via ssh root@{sshd.address}:{sshd.port}"
-    assert f"host cluster ({where}; the benchmark client runs on the Slurm node)" in done.stdout
+    assert f"host cluster ({where}; the benchmark client runs on the Slurm node, beside the engine)" in done.stdout
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), 1)
     slurm = check_slurm_run(stored, slurm_cluster, tmp_path / "shared", launches=4)
     assert [v.mode for v in stored.verdicts] == ["baseline"] and stored.run.settings["host_where"] == where
