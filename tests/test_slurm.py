@@ -224,7 +224,7 @@ async def test_a_job_slurm_ends_leaves_a_marked_run_and_no_engine(slurm_cluster,
         await post_command(bot.port, form("compare slow --modes idle"))
         dbs = {how: f"sqlite:///{where}/db.sqlite" for how, (where, _) in runs.items()} | {
             "bot": f"sqlite:///{via_bot}/bot.db"}
-        pgids = {how: await asyncio.to_thread(first_trial_pgid, url, 60) for how, url in dbs.items()}
+        pgids = {how: await asyncio.to_thread(first_trial_pgid, url, 120) for how, url in dbs.items()}
         assert all(group_members(pgid) for pgid in pgids.values())
         jobs = {how: storage.load_run(storage.open_database(url), 1).run.settings["slurm"] for how, url in dbs.items()}
         await post_command(bot.port, form("compare noop --modes idle"))  # no node left: it waits in Slurm
