@@ -76,6 +76,13 @@ def slurm_python_missing(name: str, ssh: str) -> str:
             "interpreter on the nodes that has specperf installed")
 
 
+def client_python_missing(name: str) -> str:
+    """The error for ``[hosts.<name>] client = "host"`` without ``client_python``."""
+    return (f'hosts.{name}.client_python is required with client = "host": the path of an interpreter on '
+            f'host {name} that has specperf installed (the same version as here), for example '
+            'client_python = "/opt/specperf/bin/python"')
+
+
 class HostConfig(_Strict):
     """A machine that runs engines. With no ``ssh`` it is the local machine; with ``kind =
     "slurm"`` a partition of a Slurm cluster (:class:`SlurmConfig` in ``[hosts.<name>.slurm]``):
@@ -374,10 +381,7 @@ class Config(_Strict):
             if host.kind == "slurm" and host.ssh and not (host.slurm and host.slurm.python):
                 raise ValueError(slurm_python_missing(name, host.ssh))
             if host.client == "host" and not host.client_python:
-                raise ValueError(
-                    f'hosts.{name}.client_python is required with client = "host": the path of an interpreter on '
-                    f'host {name} that has specperf installed (the same version as here), for example '
-                    'client_python = "/opt/specperf/bin/python"')
+                raise ValueError(client_python_missing(name))
         for name, engine in self.engines.items():
             if engine.host not in hosts:
                 raise ValueError(

@@ -705,18 +705,26 @@ def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_p
     return {"available": True, "devices": devices}
 
 
+def move_off_cpus(cpus):
+    """Leave the CPUs ``cpus`` (an engine's) when this process may run on others; nothing
+    where it may not, or where affinity cannot be set."""
+    if not cpus:
+        return
+    try:
+        mine = os.sched_getaffinity(0) - set(cpus)
+        if mine:
+            os.sched_setaffinity(0, mine)
+    except (AttributeError, OSError):
+        pass
+
+
 def monitor(spec, stdin=None, emit=None):
     """Run the window monitor (see the module doc); returns the window document."""
     stdin = stdin or sys.stdin
     emit = emit or _emit
     pgid = spec["pgid"]
     engine_cpus = spec.get("cpus") or group_cpus(pgid)
-    try:
-        mine = set(range(os.cpu_count() or 1)) - set(engine_cpus)
-        if mine and engine_cpus:
-            os.sched_setaffinity(0, mine)
-    except (AttributeError, OSError):
-        pass
+    move_off_cpus(engine_cpus)
     nvml = Nvml(spec.get("pynvml_dir"))
     own = [os.getpid(), os.getppid()] + list(spec.get("own_pids", []))
     emit({"ready": True})

@@ -56,8 +56,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
-from core._config import WorkloadConfig
+from core._config import WorkloadConfig, client_python_missing
 from core._errors import ConfigError, HostError
+from core._host_agent import move_off_cpus
 from core._hosts.base import AGENT_SOURCE, Host, Spawned
 from core._loadgen import InvalidSampleError, RequestRecord, Sample, run_workload
 
@@ -72,19 +73,6 @@ _SLACK_S = 60.0  # beyond request_timeout_s, the longest silence between two lin
 
 def _record_doc(record: RequestRecord) -> dict:
     return asdict(record)
-
-
-def _move_off(cpus: list[int] | None) -> None:
-    """Leave the engine's CPUs ``cpus`` when this process may run on others (as the window
-    monitor does)."""
-    if not cpus:
-        return
-    try:
-        mine = os.sched_getaffinity(0) - set(cpus)
-        if mine:
-            os.sched_setaffinity(0, mine)
-    except (AttributeError, OSError):
-        pass
 
 
 async def serve(read_line: Callable[[], Awaitable[str]], write_line: Callable[[str], None]) -> int:
@@ -111,7 +99,7 @@ async def serve(read_line: Callable[[], Awaitable[str]], write_line: Callable[[s
     except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         send("error", f"bad spec: {exc}")
         return 2
-    _move_off(spec.get("avoid_cpus"))
+    move_off_cpus(spec.get("avoid_cpus"))
 
     class _Left(Exception):
         """Input ended before ``go``: whoever started the client is gone."""
@@ -186,8 +174,7 @@ def client_python(host: Host) -> str:
         ConfigError: it is not set (required with ``client = "host"``).
     """
     if not host.config.client_python:
-        raise ConfigError(f'hosts.{host.name}.client_python is required with client = "host": the path of an '
-                          f"interpreter on host {host.name} that has specperf installed")
+        raise ConfigError(client_python_missing(host.name))
     return host.config.client_python
 
 
