@@ -48,7 +48,7 @@ def test_env_on_the_cpu_test_engine(testenv, tmp_path):
     vllm_row = next(line for line in lines if line.startswith("│ vllm "))
     assert vllm_version in vllm_row and vllm_path in vllm_row
     assert f"engine tiny-vllm ({python})" in out.replace("\n", "")
-    assert "VLLM_ENABLE_V1_MULTIPROCESSING" in out  # the engine's env from the config reached the probe
+    assert "VLLM_CPU_KVCACHE_SPACE" in out  # the engine's env from the config reached the probe
     assert "checks (idle)" in out and "cpu governor" in out
     if "gpu: unavailable" in out:
         assert "NVML library not found" in out
