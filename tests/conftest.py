@@ -206,10 +206,9 @@ class Hog(core.CompareObserver):
 
 
 def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
-                 observer: core.CompareObserver | None = None, requests: int | None = None, **settings):
+                 observer: core.CompareObserver | None = None, **settings):
     """One compare of the planted branch ``head`` against its parent on the real CPU test engine
-    (local host, cool-down 1 s, ``settings`` over the default [compare]; the default workload,
-    with ``requests`` measured requests per launch if given), stored in SQLite under
+    (local host, cool-down 1 s, ``settings`` over the default [compare]), stored in SQLite under
     ``workdir``, ``observer`` told every step after the store. Returns
     (core.CompareResult, storage.StoredRun)."""
     import asyncio
@@ -220,7 +219,7 @@ def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
     config = default_config(testenv)
     request = core.CompareRequest(
         engine_name="tiny-vllm", engine=config.engine("tiny-vllm").model_copy(update={"port": free_port()}),
-        workload_name="default", workload=session_workload(config, requests), head_ref=head, base_ref=None, modes=modes,
+        workload_name="default", workload=config.workload("default"), head_ref=head, base_ref=None, modes=modes,
         settings=config.compare.model_copy(update={"cooldown_s": 1, **settings}), host=local_host(workdir / "work"),
     )
 
@@ -233,18 +232,6 @@ def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
         return result, storage.load_run(db, run_id)
 
     return asyncio.run(run())
-
-
-def session_workload(config: core.Config, requests: int | None = None) -> core.WorkloadConfig:
-    """``config``'s default workload, with ``requests`` measured requests per launch if given."""
-    workload = config.workload("default")
-    return workload if requests is None else workload.model_copy(update={"requests": requests})
-
-
-# The session compare's measured requests per launch: the default workload's 16. Tried at 8
-# (2026-12-02, a noisier 2-vCPU VM: undisturbed baseline launches 137-216 tok/s): both verdicts
-# ended INCONCLUSIVE in two runs of two; 16 passed CI before.
-SESSION_REQUESTS = 16
 
 
 @dataclass
@@ -275,11 +262,11 @@ def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     would hide the REGRESSION. 24 launches: each mode stops at 4 undisturbed pairs
     (``max_trials = 4``; the planted change is far outside the margin, and baseline's A/A ends
     NO CHANGE or INCONCLUSIVE, both of which the tests accept), after its hogged round is
-    measured again; ``SESSION_REQUESTS`` measured requests per launch."""
+    measured again."""
     config = default_config(testenv)
     hog = Hog(config.engine("tiny-vllm").cpus[0], HOGGED)
     result, stored = vllm_compare(testenv, tmp_path_factory.mktemp("slow-spec"), "slow-spec", ["baseline", "eagle3"],
-                                  hog, requests=SESSION_REQUESTS, margin_pct=5.0, max_trials=4)
+                                  hog, margin_pct=5.0, max_trials=4)
     return SessionCompare(result, stored, hog)
 
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from core import EngineError, InvalidSampleError, WorkloadConfig, measure
-from tests.conftest import SESSION_REQUESTS, default_config, free_port, group_members, session_workload
+from tests.conftest import default_config, free_port, group_members
 
 pytestmark = [pytest.mark.engine, pytest.mark.launch]
 
@@ -36,7 +36,7 @@ def test_every_trial_reports_throughput_and_window_acceptance(testenv, slow_spec
     """On the session's slow-spec compare (tests/conftest.py): both arms of each mode. The
     never-accepted draft (acceptance 1) is asserted on in tests/test_bot_vllm_ssh.py."""
     result = slow_spec_compare.result
-    workload = session_workload(default_config(testenv), SESSION_REQUESTS)
+    workload = default_config(testenv).workload("default")
     trials = result.trials[mode]["base"] + result.trials[mode]["head"]
     assert len(trials) >= 8
     for trial in trials:
