@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from sqlmodel import Session, select
 
@@ -353,17 +354,6 @@ async def test_a_commit_whose_engine_never_starts_ends_the_run_as_failed(repo, t
     assert launched(host, shas) == [("noop", "baseline"), ("slow", "baseline")]  # nothing after the failure
 
 
-def holds(pid: int, path: Path) -> bool:
-    """Whether process ``pid`` has ``path`` open now (an fd closed while it is read is not)."""
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
-                return True
-        except FileNotFoundError:  # closed between the listing and the read (the interpreter starting)
-            continue
-    return False
-
-
 def test_a_busy_host_refuses_the_run_with_a_host_error_stored_as_refused(repo, tmp_path, unused_tcp_port):
     """Issue 15 item 7: a foreign process holding the GPU is a host error (exit 5), stored as a
     refused run with its reason, and `specperf show` says so (no empty table, no chart). The
@@ -381,7 +371,8 @@ def test_a_busy_host_refuses_the_run_with_a_host_error_stored_as_refused(repo, t
         url = f"sqlite:///{tmp_path}/db.sqlite"
         env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
         deadline = time.monotonic() + 10
-        while not holds(holder.pid, device) and time.monotonic() < deadline:
+        while (not any(f.path == str(device) for f in psutil.Process(holder.pid).open_files())
+               and time.monotonic() < deadline):
             time.sleep(0.05)  # until the holder has the "device" open
         out = specperf_in_process(["--config", config, "compare", "slow", "--modes", "baseline", "--db", url],
                                   cwd=ROOT, env=env)
