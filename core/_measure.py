@@ -159,7 +159,9 @@ async def measure(
             monitors: list[WindowMonitor] = []  # the one monitor, once open (on the host: after the client's hello)
 
             async def open_monitor(own_pids: list[int] | None = None) -> None:
-                monitors.append(WindowMonitor(host, engine.python, process.pgid, own_pids=own_pids))
+                # the configured CPUs where the engine is pinned: its group's own affinity also
+                # counts the helper that supervises it on an SSH host, which may run anywhere
+                monitors.append(WindowMonitor(host, engine.python, process.pgid, engine.cpus, own_pids=own_pids))
                 await monitors[0].open()
 
             async def begin() -> None:

@@ -66,7 +66,11 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     assert all(t.output_tokens == workload.requests * workload.output_len == 8 * 128 for t in stored.trials)
     assert stored.run.settings["client"] == "here, through an SSH tunnel"
     assert any(s.phase == "arm-head" and s.data["system"]["hostname"] for s in stored.snapshots)
-    # a quiet compare: the window monitor ran on the host in every launch and judged none disturbed
+    # a quiet compare: the window monitor ran on the host in every launch and judged none disturbed,
+    # on the engine's configured CPU (the helper that supervises the engine on the host shares its
+    # process group but may run on any CPU: the client's CPU is not the engine's)
+    windows = [s.data for s in stored.snapshots if s.phase == "window"]
+    assert len(windows) == len(stored.trials) and all(w["engine_cpus"] == engine.cpus == [1] for w in windows)
     report, _ = stored_report(stored)
     assert len(report["launches"]) == len(stored.trials) and not any(r["disturbed"] for r in report["launches"])
     assert report["headline"] is None, report["headline"]
