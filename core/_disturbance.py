@@ -176,14 +176,23 @@ def _ranges(seqs: list[int]) -> str:
 
 
 def culprit_lines(disturbed: dict[int, Disturbance], limit: int = 3) -> list[str]:
-    """One line per culprit across trials, most launches first: ``pid 4121 (root) `pip
-    install ...`: 0.9 CPU-s/s on the engine's CPUs during launches 9-12``."""
+    """One line per culprit across trials, the ``limit`` that weighed most first: ``pid 4121
+    (root) `pip install ...`: 0.9 CPU-s/s on the engine's CPUs during launches 9-12``.
+
+    A process weighs the CPU-s/s it took on the engine's CPUs, summed over the launches it was
+    in; a GPU condition or a foreign GPU process weighs 1 per launch (as a whole CPU taken).
+    Most launches first would put a kernel thread that took 0.01 CPU-s/s in every disturbed
+    window ahead of the loop that took half the engine's CPU in one."""
     grouped: dict[tuple, list[tuple[int, Culprit]]] = {}
     for seq, judged in disturbed.items():
         for culprit in judged.culprits:
             grouped.setdefault(culprit.key(), []).append((seq, culprit))
+
+    def weight(entries: list[tuple[int, Culprit]]) -> tuple[float, int]:
+        return (sum(1.0 if c.cpu_s_per_s is None else c.cpu_s_per_s for _, c in entries), len(entries))
+
     lines = []
-    for entries in sorted(grouped.values(), key=lambda e: -len(e))[:limit]:
+    for entries in sorted(grouped.values(), key=weight, reverse=True)[:limit]:
         first = entries[0][1]
         seqs = _ranges([s for s, _ in entries])
         when = f"launch{'es' if len(entries) > 1 else ''} {seqs}"

@@ -69,6 +69,7 @@ async def test_monitor_names_a_hog_on_the_engine_cpu(engine_stand_in):
     assert window["gpu"]["available"] is False and window["gpu"]["reason"]  # no GPU here: said, not guessed
 
 
+@pytest.mark.alone
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU besides the engine's")
 async def test_monitor_leaves_a_hog_on_another_cpu_out_of_the_engine_share(engine_stand_in):
     engine, cpu = engine_stand_in
@@ -168,6 +169,23 @@ def test_unsupported_counters_are_listed_not_guessed():
     device["unsupported"] = {"clock_event.hw_power_brake_slowdown": "NVMLError_NotSupported"}
     del device["clock_event_s"]["hw_power_brake_slowdown"]
     assert core.judge_window(window, LIMITS).reasons == []
+
+
+def test_the_culprit_that_took_most_is_named_first():
+    """Seen on a 2-vCPU VM (2026-12-02): a kernel thread at 0.01 CPU-s/s in all four hogged
+    windows was named ahead of the hogs (one pid each, about 0.5 CPU-s/s)."""
+    kernel = core.Culprit("cpu", pid=79, user="root", command="[kdamond.0]", cpu_s_per_s=0.01)
+    disturbed = {seq: core.Disturbance(["foreign processes took 50%"],
+                                       [kernel, core.Culprit("cpu", pid=1000 + seq, user="root",
+                                                             command="python -c spin", cpu_s_per_s=0.5)])
+                 for seq in (2, 3, 5, 8)}
+    disturbed[9] = core.Disturbance(["GPU 0 thermal slowdown 2.0 s"], [core.Culprit("GPU 0 thermal slowdown")])
+    lines = core.culprit_lines(disturbed, limit=3)
+    assert lines[0] == "GPU 0 thermal slowdown during launch 9"  # a GPU condition weighs a whole CPU
+    assert lines[1].startswith("pid 1002 (root) `python -c spin`: 0.50 CPU-s/s on the engine's CPUs during launch 2")
+    assert lines[2].startswith("pid 1003 ")
+    assert not any("kdamond" in line for line in lines)
+    assert "kdamond" in core.culprit_lines(disturbed, limit=6)[-1]  # still named, last
 
 
 # --- re-measure bookkeeping ------------------------------------------------------------------
