@@ -4,8 +4,8 @@ broken-draft branch (acceptance collapses) runs through the Slack bot and an SSH
 tests/test_bot_vllm_ssh.py.
 
 Slow: every launch of vLLM takes about half a minute. The launches are shared: the
-``slow-spec`` compare (24 launches, tests/conftest.py) is measured once per session and
-asserted on here, in tests/test_disturbance_vllm.py (the CPU hog during four of its launches)
+``slow-spec`` compare (20 launches, tests/conftest.py) is measured once per session and
+asserted on here, in tests/test_disturbance_vllm.py (the CPU hog during two of its launches)
 and in tests/test_vllm_engine.py. Its eagle3 mode is the suite's real-engine proof of a
 step-time REGRESSION; its baseline mode, where slow-spec changes nothing, is an A/A compare.
 """
@@ -17,7 +17,7 @@ import pytest
 import core
 from tests.conftest import group_members, vllm_compare
 
-pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 
 
 def no_engine_left(stored) -> bool:
@@ -29,10 +29,13 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
     assert result.status == "done", result.reason
     assert result.imported["head"]["from_worktree"]
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
-    # baseline is left as it was: no verdict of a change, and an estimate inside the 5% margin
-    # (NO CHANGE needs the whole interval inside it, which launch-to-launch noise on a shared
-    # 2-vCPU machine can deny within the compare's 4 pairs: INCONCLUSIVE is then the honest verdict)
-    assert baseline.verdict in (core.NO_CHANGE, core.INCONCLUSIVE) and abs(baseline.change_pct) < 5.0, baseline
+    # baseline is left as it was: no verdict of a change. NO CHANGE needs the whole interval
+    # inside the 5% margin, which launch-to-launch spread on a shared 2-vCPU VM (undisturbed
+    # launches of one arm 221-389 tok/s on 2026-12-02) denies within 4 pairs: INCONCLUSIVE is then
+    # the honest verdict. The estimate itself is not bounded here: with that spread the mean of 4
+    # pair ratios has a standard error near 10%, so any bound tight enough to mean something
+    # fails runs where nothing is wrong (|change| < 5% failed at +12.4% and +8.4% on 2026-12-02).
+    assert baseline.verdict in (core.NO_CHANGE, core.INCONCLUSIVE), baseline
     assert eagle3.verdict == core.REGRESSION, eagle3
     assert abs(eagle3.acceptance_change_pct) < 1.0  # acceptance unchanged...
     assert eagle3.step_ms_change_pct > 5.0  # ...the verify step got slower
@@ -51,7 +54,7 @@ def test_launches_go_abba_per_mode_on_one_port(slow_spec_compare):
 
 
 def test_commit_that_fails_to_start_is_a_failed_run(testenv, tmp_path):
-    result, stored = vllm_compare(testenv, tmp_path, "fails-to-start", ["baseline"])
+    result, stored = vllm_compare(testenv, tmp_path, "fails-to-start", ["baseline"], pinned=False)
     assert result.status == "failed"
     assert stored.run.status == "failed"
     # the plugin is checked by import before any launch, or the engine dies at start: either

@@ -11,7 +11,7 @@ from core._loadgen import _StreamParser
 from tests.exact_rate_server import truth_output_tok_s
 
 
-# 64 streams needs a core for the exact-rate server and one for the client: in the slow tier
+# 64 streams needs a core for the exact-rate server and one for the client: in the last tier
 # (whole suite), so that the fast tier, run once per Python in CI, does not hinge on a free core
 @pytest.mark.parametrize("concurrency", [1, 8, pytest.param(64, marks=pytest.mark.slow)])
 async def test_output_tok_s_within_one_percent_of_truth(exact_server, concurrency):

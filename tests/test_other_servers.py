@@ -19,7 +19,7 @@ import pytest
 import storage
 from tests.conftest import ROOT, SPECPERF, server_repo
 
-pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 
 def test_compare_of_two_commits_served_by_transformers_serve_gives_a_verdict(testenv, tmp_path, unused_tcp_port):

@@ -18,16 +18,17 @@ import pytest
 from core import EngineError, InvalidSampleError, WorkloadConfig, measure
 from tests.conftest import default_config, free_port, group_members
 
-pytestmark = [pytest.mark.engine, pytest.mark.launch]
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture
 def engine(testenv):
     """The test engine as vLLM runs by default on a CPU: the API server, its engine core
     process and a model worker process under it (the embedded config runs the model in the
-    engine core's process, one process start fewer)."""
+    engine core's process, one process start fewer); not pinned, as nothing here is measured
+    (scripts/test runs it beside the engine tier, off the engine's CPU)."""
     default = default_config(testenv).engine("tiny-vllm")
-    return default.model_copy(update={"port": free_port(),
+    return default.model_copy(update={"port": free_port(), "cpus": None,
                                       "env": {**default.env, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})
 
 
