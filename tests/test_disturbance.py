@@ -55,6 +55,7 @@ async def _window_with_hog(engine_pid: int, hog_cpu: int) -> tuple[dict, int]:
     return await monitor.stop(), hog.pid
 
 
+@pytest.mark.alone  # the hog's CPU share in a 1.5-2 s window
 async def test_monitor_names_a_hog_on_the_engine_cpu(engine_stand_in):
     engine, cpu = engine_stand_in
     window, hog_pid = await _window_with_hog(engine.pid, cpu)
@@ -272,6 +273,7 @@ def test_disturbance_settings_in_the_config():
 
 
 
+@pytest.mark.alone  # the hog's CPU share in a 1.5-2 s window
 def test_env_watch_runs_the_monitor_alone_and_judges_it(tmp_path):
     # an engine on the last CPU this process may use (scripts/test runs the tests without an
     # engine beside the real-engine tests, kept off the real engine's CPU)

@@ -180,6 +180,7 @@ def test_output_printed_by_an_imported_library_does_not_break_the_json(tmp_path)
     assert snapshot["software"]["torch"]["version"] == "0.0.1" and snapshot["software"]["torch"]["source"] == "import"
 
 
+@pytest.mark.alone  # a busy loop's CPU share over half a second: 15% beside three test workers on one CPU
 def test_a_busy_process_is_listed_and_flagged():
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
