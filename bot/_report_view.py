@@ -36,7 +36,7 @@ def print_report(console: Console, report: dict, title: str) -> None:
         verdict = v["verdict"] if v else "-"
         table.add_row(
             escape(mode), fmt(base["output_tok_s"]), fmt(head["output_tok_s"]), change,
-            "-" if not v or v["p_value"] is None else f"{v['p_value']:.3f}",
+            "-" if not v or v["p_value"] is None else f"{v['p_value']:.3g}",
             Text(verdict, style=_STYLE.get(verdict, "")),
             f"{fmt(base['acceptance_length'], 2)} -> {fmt(head['acceptance_length'], 2)}",
             f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}",

@@ -68,7 +68,7 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
             _field("base tok/s", fmt(base["output_tok_s"])),
             _field("commit tok/s", fmt(head["output_tok_s"])),
             _field("change", _change(v)),
-            _field("verdict", verdict + ("" if not v or v["p_value"] is None else f" (p {v['p_value']:.3f})")),
+            _field("verdict", verdict + ("" if not v or v["p_value"] is None else f" (p {v['p_value']:.3g})")),
             _field("acceptance length", f"{fmt(base['acceptance_length'], 2)} -> {fmt(head['acceptance_length'], 2)}"),
             _field("ms / step", f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}"),
         ]})

@@ -167,7 +167,7 @@ def decide(
         attribution = _attribution(acceptance_change, step_change)
         because = f"; {attribution} moved" if attribution else ""
         return Verdict(verdict, more_trials=None, attribution=attribution,
-                       reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3f} < {alpha:g}{because}",
+                       reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3g} < {alpha:g}{because}",
                        **interval, **common)
     if verdict == NO_CHANGE:
         return Verdict(NO_CHANGE, more_trials=None, attribution=None,
@@ -274,7 +274,7 @@ def _more_trials(n: int, low: float, high: float, mean: float, margin: float, mi
 
 def _inconclusive_reason(low: float, high: float, margin: float, p: float, alpha: float) -> str:
     if (high < -margin or low > margin) and p >= alpha:
-        return f"the interval lies beyond the margin but the rank test is not significant (p = {p:.3f})"
+        return f"the interval lies beyond the margin but the rank test is not significant (p = {p:.3g})"
     return f"the 95% interval ({_pct(low):+.1f}%, {_pct(high):+.1f}%) straddles the margin"
 
 

@@ -36,6 +36,19 @@ def test_clear_slowdown_is_a_regression_attributed_to_step_time():
     assert verdict.attribution == "step time"
 
 
+def test_a_p_just_under_alpha_is_written_so_it_reads_under_alpha():
+    """8 pairs whose commit launches hold ranks 1-6, 12 and 16 of 16: exact Mann-Whitney p =
+    0.04988, REGRESSION at alpha 0.05. With three decimals the reason said "p = 0.050 < 0.05"
+    (the demo, 2026-12-02); three significant digits keep what the rule compared."""
+    tok_s = [70.0 + 2 * rank for rank in range(16)]  # by rank, slowest first
+    head_ranks = (0, 1, 2, 3, 4, 5, 11, 15)
+    head = [ArmTrial(tok_s[r]) for r in head_ranks]
+    base = [ArmTrial(tok_s[r]) for r in range(16) if r not in head_ranks]
+    verdict = decide(base, head, margin_pct=2.0)
+    assert verdict.verdict == REGRESSION and verdict.p_value == pytest.approx(0.049883, abs=1e-6)
+    assert "p = 0.0499 < 0.05" in verdict.reason, verdict.reason
+
+
 def test_acceptance_collapse_is_attributed_to_acceptance_length():
     # acceptance 4 -> 1 while the verify step got 5% cheaper (2.0 -> 1.9 ms): tok/s falls ~74%
     base = [ArmTrial(2000 * f, 4.0, 0.5) for f in (1.0, 1.004, 0.997, 1.002)]
