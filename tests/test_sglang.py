@@ -88,6 +88,10 @@ WORKLOAD = WorkloadConfig(output_len=200, concurrency=2, requests=6, warmup_requ
 
 
 @pytest.mark.e2e
+# alone: the stub logs every 0.2 s and calls a tick with no request running idle; beside three
+# test workers on one CPU a gap between requests reached a tick, and a second "first line after
+# idle" (accept len 9.99) fell inside the window (mean 4.37, 2026-12-02)
+@pytest.mark.alone
 async def test_trial_takes_acceptance_from_the_window_log(tmp_path, unused_tcp_port):
     trial = await measure("stub", _stub_engine(unused_tcp_port), "eagle3", "w", WORKLOAD, tmp_path)
     assert trial.sample.valid and trial.sample.output_tokens == 1200
