@@ -82,7 +82,8 @@ class SlackNotifier(Notifier):
         event = self.parent_ready.get(job.id)
         if event is not None:
             try:
-                await asyncio.wait_for(event.wait(), 120)
+                async with asyncio.timeout(120):
+                    await event.wait()
             except TimeoutError:
                 pass
             try:

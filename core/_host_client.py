@@ -220,13 +220,15 @@ class _Conversation:
         """
         timeout_s = self.gap_s if timeout_s is None else timeout_s
         try:
-            line = await asyncio.wait_for(self.proc.readline(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                line = await self.proc.readline()
         except TimeoutError:
             self.proc.close()
             raise self._failed(f"said nothing for {timeout_s:g} s (it is stopped)") from None
         if not line:
             try:
-                status = await asyncio.wait_for(self.proc.wait(), 15)
+                async with asyncio.timeout(15):
+                    status = await self.proc.wait()
             except TimeoutError:
                 status = None
             if status is None:
@@ -333,6 +335,7 @@ async def run_on_host(
     finally:
         proc.close()  # the helper stops the client if it is still there
         try:
-            await asyncio.wait_for(proc.wait(), 15)
+            async with asyncio.timeout(15):
+                await proc.wait()
         except TimeoutError:
             pass

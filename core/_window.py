@@ -55,7 +55,8 @@ class WindowMonitor:
     async def _expect(self, key: str) -> dict:
         if self._proc is None:
             raise HostError(self.error or "the window monitor is not running")
-        line = await asyncio.wait_for(self._proc.readline(), _ANSWER_S)
+        async with asyncio.timeout(_ANSWER_S):
+            line = await self._proc.readline()
         doc = json.loads(line) if line.strip() else None
         if not isinstance(doc, dict) or key not in doc:
             raise HostError(f"the window monitor answered {line.strip()[:200]!r} instead of {key!r}")
@@ -98,7 +99,8 @@ class WindowMonitor:
         if proc is not None:
             proc.close()
             try:
-                await asyncio.wait_for(proc.wait(), _ANSWER_S)
+                async with asyncio.timeout(_ANSWER_S):
+                    await proc.wait()
             except TimeoutError:
                 pass
 

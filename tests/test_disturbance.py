@@ -5,6 +5,7 @@ bookkeeping, and the report's wording."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 import core
 from bot._common import disturbed_lines
 from core import _host_agent
+from core._hosts.base import Spawned
 from core._disturbance import power_cap_share
 from tests.conftest import specperf_in_process
 
@@ -46,8 +48,6 @@ async def _window_with_hog(engine_pid: int, hog_cpu: int) -> tuple[dict, int]:
     await monitor.start()
     hog = subprocess.Popen(["taskset", "--cpu-list", str(hog_cpu), sys.executable, "-c", HOG])
     try:
-        import asyncio
-
         await asyncio.sleep(2.0)
     finally:
         hog.kill()
@@ -79,6 +79,51 @@ async def test_monitor_leaves_a_hog_on_another_cpu_out_of_the_engine_share(engin
     hog = next(p for p in window["foreign_processes"] if p["pid"] == hog_pid)
     assert hog["cpu_s"] > 0.2 and hog["engine_cpus_cpu_s"] == 0.0
     assert window["cpu"]["host_foreign_share"] > 0.1
+
+
+class _AnsweringHelper(Spawned):
+    """A window monitor helper whose next answer the test gives (``pending``)."""
+
+    pending: asyncio.Future
+
+    async def readline(self) -> str:
+        self.pending = asyncio.get_running_loop().create_future()
+        return await self.pending
+
+    def write(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    async def wait(self) -> int | None:
+        return 0
+
+
+class _HelperHost(core.LocalHost):
+    def __init__(self, helper: Spawned) -> None:
+        super().__init__("local", core.HostConfig(), "/tmp")
+        self.helper = helper
+
+    async def spawn(self, argv, *, cwd=None, env=None, stderr=False) -> Spawned:
+        return self.helper
+
+
+async def test_a_cancel_that_lands_as_the_monitor_answers_still_cancels():
+    """A Slack cancel was lost this way on Python 3.11: ``asyncio.wait_for`` returned the
+    monitor's answer and the compare ran to its end (CPython gh-86296; ruff now bans it)."""
+    helper = _AnsweringHelper()
+    monitor = core.WindowMonitor(_HelperHost(helper), sys.executable, -1)
+    opening = asyncio.create_task(monitor.open())
+    await asyncio.sleep(0)
+    helper.pending.set_result('{"ready": true}\n')
+    await opening
+    starting = asyncio.create_task(monitor.start())
+    await asyncio.sleep(0)  # it waits for the answer
+    helper.pending.set_result('{"started": 0}\n')
+    starting.cancel()  # in the same turn of the loop as the answer
+    with pytest.raises(asyncio.CancelledError):
+        await starting
 
 
 # --- the summary from readings ---------------------------------------------------------------

@@ -98,7 +98,8 @@ class StderrTail:
     async def finish(self, timeout_s: float = 2.0) -> None:
         """Wait (at most ``timeout_s``) for the rest of the stream, once the process has ended."""
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._task)
         except TimeoutError:
             pass
 

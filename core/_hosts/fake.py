@@ -108,7 +108,8 @@ class FakeHost(LocalHost):
                 env={**os.environ, **env} if env else None)
         except FileNotFoundError:
             return CommandResult(list(argv), 127, "", f"{argv[0]}: not found")
-        stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            stdout, stderr = await proc.communicate(input)
         return CommandResult(list(argv), proc.returncode or 0, stdout.decode(errors="replace"),
                              stderr.decode(errors="replace"))
 

@@ -134,7 +134,8 @@ class _SshEngine(EngineHandle):
     async def stop(self, grace_s: float) -> None:
         self.supervisor.write("stop\n")
         try:
-            await asyncio.wait_for(self._stopped.wait(), grace_s + 15)
+            async with asyncio.timeout(grace_s + 15):
+                await self._stopped.wait()
         except TimeoutError:
             pass  # closing the channel below makes the supervisor stop the group by itself
         finally:
@@ -259,7 +260,8 @@ class SshHost(Host):
             except (OSError, asyncssh.Error) as exc:
                 raise HostError(f"cannot run {argv[0]} on host {self.name}: {_why(exc)}") from None
             try:
-                stdout, stderr = await asyncio.wait_for(process.communicate(input), timeout_s + 15)
+                async with asyncio.timeout(timeout_s + 15):
+                    stdout, stderr = await process.communicate(input)
                 status = (await process.wait(check=False)).exit_status
             except TimeoutError:
                 raise CommandTimeout(f"{shlex.join(argv)[:200]} did not answer within {timeout_s:g} s on "
