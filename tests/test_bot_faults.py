@@ -283,6 +283,7 @@ def test_a_job_taken_over_is_never_closed_or_requeued_by_its_old_owner(tmp_path)
     assert storage.get_job(db, job.id).status == "queued" and isinstance(new.started_at, dt.datetime)
 
 
+@pytest.mark.alone  # the lease left read every 0.1 s beside a 2.5 s lock
 async def test_the_lease_left_falls_while_the_database_is_locked_and_recovers(tmp_path):
     import time
 
@@ -301,6 +302,7 @@ async def test_the_lease_left_falls_while_the_database_is_locked_and_recovers(tm
         heartbeat.stop()
 
 
+@pytest.mark.alone  # the engine stopped within the 3 s lease
 @pytest.mark.e2e
 async def test_a_bot_that_cannot_renew_its_lease_stops_its_job_before_the_lease_runs_out(tmp_path, emulator,
                                                                                        unused_tcp_port):

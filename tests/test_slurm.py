@@ -385,7 +385,7 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
     url, home, log = f"sqlite:///{tmp_path}/bot.db", tmp_path / "home", open(tmp_path / "bot.log", "w")
     # idle: ITL x 50, so the idle compare's four launches take about 15 s of tokens on the node
     config = write_config(tmp_path, tmp_path / "repo", unused_tcp_port, emulator.api_url,
-                          workload="output_len = 16\nrequests = 2\nwarmup_requests = 0\n", lease_s=3)
+                          workload="output_len = 16\nrequests = 2\nwarmup_requests = 0\n", lease_s=10)
     config.write_text(slurm_host(tmp_path).replace("poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\n")
                       + config.read_text().replace('[engines.fake]\nkind = "command"\n',
                                                    '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(

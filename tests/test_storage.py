@@ -70,6 +70,7 @@ def test_sqlite_in_a_folder_that_cannot_exist():
         storage.open_database("sqlite:////proc/nope/x.db")
 
 
+@pytest.mark.alone  # a renewal every 0.33 s, held to 0.75 s
 def test_owner_liveness_by_identity_and_lease(tmp_path):
     import datetime as dt
     import subprocess
