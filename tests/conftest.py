@@ -6,6 +6,7 @@ so ``-m "not engine and not postgres and not ssh"`` never starts what it exclude
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,13 @@ import pytest
 import core
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A shell without job control starts a background command with SIGINT ignored (POSIX), and that
+# passes down to every process the tests start: a specperf started from here would then ignore
+# the Ctrl-C a test sends it, as it should when a user runs it that way. The tests' processes
+# start as a terminal's do: a Python handler is not inherited, so they get SIGINT's default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Fixture -> the marker of what it needs (pyproject.toml lists the markers). The session compare
@@ -414,8 +422,9 @@ async def emulator():
     await emu.close()
 
 
-def first_trial_pgid(db_url: str, timeout_s: float = 30.0) -> int:
-    """The pgid of the first trial a running specperf recorded in ``db_url`` (polled)."""
+def first_trial_pgid(db_url: str, timeout_s: float = 90.0) -> int:
+    """The pgid of the first trial a running specperf recorded in ``db_url`` (polled; a bisect
+    makes its worktrees first, which on a busy machine takes tens of seconds)."""
     import time
 
     from sqlmodel import Session, select
