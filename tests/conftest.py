@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -420,6 +421,23 @@ async def emulator():
     await emu.start()
     yield emu
     await emu.close()
+
+
+@contextmanager
+def stopped_at_end(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """``proc`` (a specperf started by a test), sent SIGTERM at the end of the block if it still
+    runs, so a test that fails early leaves no compare and engine running under the next tests
+    (specperf stops its engine's group on SIGTERM); SIGKILL after 60 s."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def first_trial_pgid(db_url: str, timeout_s: float = 90.0) -> int:

@@ -19,7 +19,7 @@ import core
 import storage
 from core._commit_bisect import Search
 from core.testing import FakeHost, fake_engine_config
-from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, stopped_at_end
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 from tests.test_compare import long_running_config
 
@@ -195,11 +195,12 @@ def test_interrupt_stops_the_engine_and_marks_the_bisect(planted, tmp_path, unus
     proc = subprocess.Popen([*SPECPERF, "--config", str(config), "bisect", "good", "c16", "--db", url],
                             cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db = storage.open_database(url)
-    pgid = first_trial_pgid(url)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    with stopped_at_end(proc):
+        db = storage.open_database(url)
+        pgid = first_trial_pgid(url)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert group_members(pgid) == []
     runs = {run.kind: run for run, _ in storage.list_runs(db)}

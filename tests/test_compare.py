@@ -19,7 +19,7 @@ from sqlmodel import Session, select
 import core
 import storage
 from core.testing import FakeHost, fake_engine_config
-from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, specperf_in_process
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, specperf_in_process, stopped_at_end
 from tests.fake_engine_repo import fake_engine
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
@@ -218,11 +218,12 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
                              "--modes", "baseline", "--db", url],
                             cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db = storage.open_database(url)
-    pgid = first_trial_pgid(url)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    with stopped_at_end(proc):
+        db = storage.open_database(url)
+        pgid = first_trial_pgid(url)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert group_members(pgid) == []
     with Session(db) as session:

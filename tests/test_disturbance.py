@@ -17,8 +17,8 @@ import pytest
 import core
 from bot._common import disturbed_lines
 from core import _host_agent
-from core._hosts.base import Spawned
 from core._disturbance import power_cap_share
+from core._hosts.base import Spawned
 from tests.conftest import specperf_in_process
 
 NVML = Path(__file__).parent / "fixtures" / "nvml"
