@@ -52,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM stops engines like Ctrl-C (KeyboardInterrupt), once: a second SIGTERM, as a
+    supervisor or a double ``kill`` sends, is ignored, so it cannot cut short the clean-up that
+    marks the run interrupted (it used to leave the run ``running``). A Ctrl-C still can."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specperf`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -59,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
     console = Console(soft_wrap=True, width=width)  # paths and messages stay whole when piped
     errors = Console(stderr=True, soft_wrap=True)  # one error, one unbroken line
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops engines like Ctrl-C
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         # uvloop: about a quarter less client CPU per streamed token (bench/RESULTS.md)
         return uvloop.run(args.run(args, console))

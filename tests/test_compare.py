@@ -234,6 +234,30 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
 
 
 @pytest.mark.e2e
+def test_a_second_sigterm_cannot_leave_the_run_running(repo, tmp_path, unused_tcp_port):
+    """Two SIGTERMs 20 ms apart (a supervisor's stop, then its retry): the second used to cut
+    the clean-up short, leaving the run and trial ``running`` and a traceback."""
+    path, _ = repo
+    config = long_running_config(tmp_path, path, unused_tcp_port)
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    proc = subprocess.Popen([*SPECPERF, "--config", str(config), "compare", "slow", "--modes", "baseline", "--db", url],
+                            cwd=ROOT, env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with stopped_at_end(proc):
+        pgid = first_trial_pgid(url)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert group_members(pgid) == []
+    with Session(storage.open_database(url)) as session:
+        assert session.exec(select(storage.Run)).one().status == "interrupted"
+        assert session.exec(select(storage.Trial)).first().status == "interrupted"
+
+
+@pytest.mark.e2e
 async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo, tmp_path, unused_tcp_port):
     path, shas = repo
     engine = fake_engine(path, unused_tcp_port, ROOT).model_copy(update={
