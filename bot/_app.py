@@ -93,9 +93,9 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
     except ValidationError as exc:
         error = exc.errors()[0]
-        field = str(error["loc"][0]) if error.get("loc") else ""
-        option = f"--{field.replace('_', '-')}" if field in overrides else f"[compare].{field}" if field else "an option"
-        raise core.ConfigError(f"bad compare option {option}: {error['msg']}") from None
+        field = ".".join(str(part) for part in error.get("loc", ()))
+        option = f"--{field.replace('_', '-')}" if field in overrides else f"[compare].{field}" if field else "[compare]"
+        raise core.ConfigError(f"bad compare option {option}: {error['msg'].removeprefix('Value error, ')}") from None
 
 
 def compare_request(config: core.Config, choice: Choice, host: core.Host, head_ref: str, base_ref: str | None,

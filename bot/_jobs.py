@@ -158,6 +158,10 @@ class JobQueue:
         self._cancelled: dict[int, str] = {}
         self._slurm_jobs: set[asyncio.Task] = set()  # jobs of Slurm hosts, which run side by side
         self._fenced: dict[int, str] = {}  # jobs stopped because this process's lease may run out
+        self._settling: set[int] = set()  # jobs whose compare has ended: only their own records are written now
+        self._host_workers: dict[str, asyncio.Task] = {}
+        self.worker_restarts: dict[str, list[str]] = {}  # host -> why each of its workers ended (newest last)
+        self._health_logged: list[str] = []
         self._stopping = False
 
     async def start(self) -> list[tuple[storage.Job, str, str]]:
@@ -173,8 +177,7 @@ class JobQueue:
         reconciled = await self.reconcile()
         for host in self.config.hosts:
             self._wake[host] = asyncio.Event()
-            self._wake[host].set()  # jobs queued before the start run now
-            self._workers.append(asyncio.create_task(self._worker(host), name=f"worker-{host}"))
+            self._start_worker(host)
         self._workers.append(asyncio.create_task(self._reconciler(lease_s / 3), name="reconciler"))
         self._workers.append(asyncio.create_task(self._fence(lease_s), name="lease-fence"))
         return reconciled
@@ -210,7 +213,10 @@ class JobQueue:
         return reconciled
 
     async def _reconciler(self, interval_s: float) -> None:
-        await every(interval_s, self.reconcile, "reconciling dead owners' jobs")
+        async def step() -> None:
+            await self.reconcile()
+            self.health(await asyncio.to_thread(storage.list_jobs, self.db, ("queued",)))  # logged when it changes
+        await every(interval_s, step, "reconciling dead owners' jobs")
 
     def _lease_at_risk(self) -> bool:
         lease_s = self.config.storage.owner_lease_s
@@ -232,7 +238,8 @@ class JobQueue:
                 continue
             unrenewed = lease_s - self._heartbeat.lease_left_s()
             for job_id, task in list(self._running.items()):
-                if job_id not in self._fenced:
+                # a job whose compare has ended has no engine left to stop: its own records wait for the database
+                if job_id not in self._fenced and job_id not in self._settling:
                     self._fenced[job_id] = (
                         f"this bot could not renew its lease for {unrenewed:.0f} s (the database was unavailable), so "
                         "another bot could have taken the job over; its engine was stopped first")
@@ -317,6 +324,8 @@ class JobQueue:
             if job is None:
                 return f"there is no job {job_id} (`/specperf queue` lists them)"
             return f"job {job_id} is {job.status}; nothing to cancel"
+        if job_id in self._settling:
+            return f"job {job_id} has ended (its engine is stopped); its record is being written"
         self._cancelled[job_id] = reason
         task.cancel()
         await asyncio.wait([task])
@@ -338,6 +347,45 @@ class JobQueue:
         if self._heartbeat is not None:
             await asyncio.to_thread(self._heartbeat.stop)
 
+    def _start_worker(self, host: str) -> None:
+        """Start ``host``'s worker under supervision: one that ends for any reason but a clean
+        stop is logged with its cause and started again (:meth:`_worker_ended`)."""
+        self._wake[host].set()  # jobs queued before it started run now
+        task = asyncio.create_task(self._worker(host), name=f"worker-{host}")
+        self._host_workers[host] = task
+        self._workers.append(task)
+        task.add_done_callback(lambda done: self._worker_ended(host, done))
+
+    def _worker_ended(self, host: str, task: asyncio.Task) -> None:
+        if task in self._workers:
+            self._workers.remove(task)
+        if self._stopping:
+            return
+        cause = ("it was cancelled" if task.cancelled() else
+                 f"{type(task.exception()).__name__}: {task.exception()}" if task.exception() else "it returned")
+        self.worker_restarts.setdefault(host, []).append(cause)
+        log.error("the worker of host %s ended (%s); starting it again", host, cause,
+                  exc_info=None if task.cancelled() else task.exception())
+        self._start_worker(host)
+
+    def health(self, queued: list[storage.Job]) -> list[str]:
+        """What is wrong with the queue, one line each (empty when healthy): a host with queued
+        jobs (``queued``: the jobs in the database with status ``queued``) and no live worker,
+        and hosts whose worker had to be started again (supervisor)."""
+        problems = []
+        for host in sorted({job.host for job in queued}):
+            worker = self._host_workers.get(host)
+            if host in self.config.hosts and (worker is None or worker.done()) and not self._stopping:
+                ids = ", ".join(str(job.id) for job in queued if job.host == host)
+                problems.append(f"host {host}: job(s) {ids} queued and no worker is running for the host")
+        for host, causes in sorted(self.worker_restarts.items()):
+            problems.append(f"host {host}: its worker ended {len(causes)} time(s) and was started again "
+                            f"(last: {causes[-1]})")
+        if problems and problems != self._health_logged:  # each new state once in the log
+            log.error("queue health: %s", "; ".join(problems))
+        self._health_logged = problems
+        return problems
+
     async def _worker(self, host: str) -> None:
         wake = self._wake[host]
         while not self._stopping:
@@ -352,8 +400,17 @@ class JobQueue:
                 self._running[job.id] = task
                 try:
                     await task  # a cancel command ends the task normally; stopping the worker cancels it
+                except asyncio.CancelledError:
+                    me = asyncio.current_task()
+                    if self._stopping or (me is not None and me.cancelling()):
+                        raise  # this worker is being stopped
+                    # the job's own task was cancelled (a fence or cancel landing after its compare had
+                    # ended): the job is settled by whoever cancelled it; this worker goes on
+                    log.warning("job %s: its task was cancelled after its compare ended; the worker of host %s goes "
+                                "on", job.id, host)
                 finally:
                     self._running.pop(job.id, None)
+                    self._settling.discard(job.id)
 
     def _start_slurm_job(self, job: storage.Job, adopted_run: int | None = None) -> None:
         """Run ``job`` (of a Slurm host) as a task beside the others; ``adopted_run``: follow the
@@ -368,6 +425,7 @@ class JobQueue:
         for job_id, running in list(self._running.items()):
             if running is task:
                 del self._running[job_id]
+                self._settling.discard(job_id)
 
     async def _run(self, job: storage.Job, adopted_run: int | None = None) -> None:
         run_id, claimed_at = adopted_run, job.started_at
@@ -433,18 +491,21 @@ class JobQueue:
             await self._notify(self.notifier.job_cancelled(job, reason))
             return
         except SQLAlchemyError as exc:  # its engine is stopped; the worker lives on
+            self._settling.add(job.id)
             if job.id in self._fenced:  # the run's last write failed on the way out of the stop
                 await self._lease_lost(job, run_id, claimed_at)
             else:
                 await self._storage_lost(job, run_id, claimed_at, exc)
             return
         except Exception as exc:  # a job's failure must never stop its host's worker
+            self._settling.add(job.id)
             message = str(exc) if isinstance(exc, core.SpecperfError) else f"{exc.__class__.__name__}: {exc}"
             if not isinstance(exc, core.SpecperfError):
                 log.exception("job %s failed unexpectedly", job.id)
             await self.retrying(storage.update_job, self.db, job.id, status="failed", reason=message, job=job)
             await self._notify(self.notifier.job_finished(job, run_id, None, message))
             return
+        self._settling.add(job.id)
         status = "failed" if result.status in ("failed", "refused") else "done"
         # a re-queued job keeps why it was interrupted unless the run itself has a reason
         reason = result.message if isinstance(result, core.BisectResult) else result.reason

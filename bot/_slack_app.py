@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import OrderedDict
 
@@ -97,6 +98,7 @@ class SlackBot:
         if self.slack.mode == "http":
             server = web.Application()
             server.router.add_post("/slack/events", self._http)
+            server.router.add_get("/health", self._health)
             self._runner = web.AppRunner(server, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.slack.http_host, self.slack.http_port)
@@ -118,6 +120,17 @@ class SlackBot:
         self.commands.cancel()
         await self.schedules.stop()
         await self.queue.stop()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        """``GET /health``: 200 ``ok``, or 503 with one line per problem of the job queue
+        (:meth:`bot._jobs.JobQueue.health`: queued jobs without a live worker, restarted
+        workers) or ``database unavailable (...)``."""
+        try:
+            queued = await asyncio.to_thread(storage.list_jobs, self.db, ("queued",))
+        except SQLAlchemyError as exc:
+            return web.Response(status=503, text=f"database unavailable ({storage.short_error(exc)})\n")
+        problems = self.queue.health(queued)
+        return web.Response(status=503 if problems else 200, text="\n".join(problems or ["ok"]) + "\n")
 
     def _refuse(self, request: web.Request, status: int, why: str) -> web.Response:
         log.warning("HTTP %d to %s from %s: %s", status, request.path, request.remote, why)
@@ -147,11 +160,18 @@ class SlackBot:
             return self._refuse(request, 503, f"database unavailable ({storage.short_error(exc)})")
         if not fresh:
             return self._refuse(request, 401, "replayed request")
-        bolt_request = AsyncBoltRequest(body=text, query=request.query_string, headers=dict(request.headers))
+        try:  # bolt parses the body here: JSON by Content-Type or a leading "{", a form, or a form's payload
+            bolt_request = AsyncBoltRequest(body=text, query=request.query_string, headers=dict(request.headers))
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            return self._refuse(request, 400, f"unreadable request body ({exc.__class__.__name__}: not JSON, "
+                                "nor a form whose payload is JSON)")
         try:
             return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
-        except Exception as exc:  # noqa: BLE001 - a malformed signed body must not be a 500 with a traceback
-            return self._refuse(request, 400, f"unreadable request ({exc.__class__.__name__})")
+        except Exception as exc:  # noqa: BLE001 - logged once with an id; the answer carries no detail
+            incident = secrets.token_hex(4)
+            log.error("HTTP 500 to %s from %s, incident %s: %s: %s", request.path, request.remote, incident,
+                      exc.__class__.__name__, str(exc)[:200])
+            return web.Response(status=500, text=f"internal error (incident {incident}; see the bot's log)")
 
     async def _on_command(self, ack, body: dict, respond) -> None:
         if self._redelivery(body):

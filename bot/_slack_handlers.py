@@ -266,8 +266,10 @@ class SlackCommands:
 
     async def _cmd_queue(self, cmd, who, body, host, engine):
         jobs = await self._io(storage.list_jobs, self.db)
+        problems = self.queue.health([job for job in jobs if job.status == "queued"])
+        health = "".join(f":warning: {line}\n" for line in problems)
         if not jobs:
-            return "the queue is empty", "queue", None
+            return health + "the queue is empty", "queue", None
         by_host: dict[str, list[str]] = {}
         for job in jobs:
             line = f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}"
@@ -275,7 +277,7 @@ class SlackCommands:
             if stored and (slurm_state := await slurm.live_line(self.config, stored.run)):
                 line += f"; {slurm_state}"
             by_host.setdefault(job.host, []).append(line)
-        return "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
+        return health + "\n".join(f"*{h}*\n" + "\n".join(lines) for h, lines in by_host.items()), "queue", None
 
     async def _cmd_cancel(self, cmd, who, body, host, engine):
         job = await self._io(storage.get_job, self.db, cmd.job)

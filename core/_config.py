@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -290,9 +291,13 @@ class DisturbanceConfig(_Strict):
     the SW power cap differs from the median of its mode's trials by more than this (a heavy
     engine sits at the cap all the time; a difference means something else drew power).
     ``swap_mib``: swapped in or out in the window. ``foreign_gpu_processes``: a compute process
-    outside the engine's group on its GPUs disturbs."""
+    outside the engine's group on its GPUs disturbs. ``client_cpus_foreign_share``: CPU time of
+    foreign processes on the benchmark client's CPUs (where they are not the engine's), as a
+    share of those CPUs: a loaded client reads tokens and sends requests late (``None``: not
+    judged)."""
 
     engine_cpus_foreign_share: float = Field(default=0.10, gt=0, le=1)
+    client_cpus_foreign_share: float | None = Field(default=0.25, gt=0, le=1)
     host_foreign_share: float | None = Field(default=None, gt=0, le=1)
     steal_share: float = Field(default=0.05, gt=0, le=1)
     gpu_slowdown_s: float = Field(default=0.5, ge=0)
@@ -311,9 +316,17 @@ class CompareConfig(_Strict):
     (default) keeps it stored and shown but leaves its pair out of the statistics and measures
     another ABBA round, at most ``max_remeasured_pairs`` pairs per mode (later disturbed pairs
     are kept and named); ``keep`` keeps it in the statistics and names it; ``fail`` ends the
-    run as FAILED."""
+    run as FAILED.
+
+    ``pairing``: ``sequential`` (default) launches one engine at a time, ABBA; ``concurrent``
+    launches both arms' engines at once on the same host and CPUs/GPUs (the commit's on port
+    + 1) and measures them in turns of ``concurrency`` requests (core._loadgen.run_alternating):
+    for hosts whose speed drifts within seconds (a VM's CPUs) and engines small enough for two
+    to fit at once (the CPU test engine). Each round is two such paired launches, the arms
+    taking the first turn in turn."""
 
     margin_pct: float = Field(default=2.0, gt=0, lt=100)
+    pairing: Literal["sequential", "concurrent"] = "sequential"
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_trials: int = Field(default=4, ge=2)
     max_trials: int = Field(default=8, ge=2)
@@ -324,11 +337,14 @@ class CompareConfig(_Strict):
     max_remeasured_pairs: int = Field(default=4, ge=0)
     disturbance: DisturbanceConfig = Field(default_factory=DisturbanceConfig)
 
-    @model_validator(mode="after")
-    def _trials(self) -> CompareConfig:
-        if self.max_trials < self.min_trials:
-            raise ValueError(f"max_trials ({self.max_trials}) is below min_trials ({self.min_trials})")
-        return self
+    @field_validator("max_trials")
+    @classmethod
+    def _trials(cls, value: int, info: ValidationInfo) -> int:
+        # on the field, so an error names the key (a model-level error has no location)
+        low = info.data.get("min_trials")
+        if low is not None and value < low:
+            raise ValueError(f"max_trials ({value}) is below min_trials ({low})")
+        return value
 
 
 

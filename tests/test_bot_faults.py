@@ -87,6 +87,20 @@ def test_a_bad_compare_option_is_named():
         app.compare_settings(parse_config(""), margin_pct=-1)
 
 
+def test_min_trials_above_max_trials_names_the_keys():
+    from bot import _app as app
+
+    with pytest.raises(core.ConfigError) as error:
+        app.compare_settings(parse_config(""), min_trials=8, max_trials=4)
+    assert str(error.value) == "bad compare option --max-trials: max_trials (4) is below min_trials (8)"
+    with pytest.raises(core.ConfigError) as error:  # the config's max_trials, the command line's min_trials
+        app.compare_settings(parse_config("[compare]\nmax_trials = 6\n"), min_trials=10)
+    assert str(error.value) == "bad compare option [compare].max_trials: max_trials (6) is below min_trials (10)"
+    with pytest.raises(core.ConfigError) as error:  # in the file itself
+        parse_config("[compare]\nmin_trials = 9\nmax_trials = 5\n", "specperf.toml")
+    assert "specperf.toml: compare.max_trials: max_trials (5) is below min_trials (9)" in str(error.value)
+
+
 # -- item 9's rest: a configuration error never echoes a secret --------------------------------
 
 

@@ -305,6 +305,12 @@ async def test_malformed_requests_are_refused_with_one_short_log_line_and_replay
         garbled = b"\xff\xfe%%%=&&"
         response, _ = await post_command(port, garbled)  # validly signed, not a form at all
         assert response.status_code == 400
+        not_json = b"this is not json"  # validly signed, says JSON, is not
+        response, _ = await post_command(port, not_json, {**signed_headers(not_json), "Content-Type": "application/json"})
+        assert response.status_code == 400 and "Traceback" not in response.text, response.text
+        bad_payload = b"payload={bad"  # a validly signed interactive form whose payload is not JSON
+        response, _ = await post_command(port, bad_payload)
+        assert response.status_code == 400 and "Traceback" not in response.text, response.text
         long_ref, _ = await post_command(port, form("compare " + "r" * 300, trigger="l1"))  # a 300-character ref
         assert long_ref.status_code == 200 and "at most 255" in long_ref.json()["text"]
         long_text, _ = await post_command(port, form("compare x " + "y" * 3000, trigger="l2"))
@@ -323,7 +329,7 @@ async def test_malformed_requests_are_refused_with_one_short_log_line_and_replay
         log.close()
     logged = log_path.read_text()
     refusals = [line for line in logged.splitlines() if " HTTP 40" in line]
-    assert len(refusals) == 10 * 5 + 2 and "Traceback" not in logged
+    assert len(refusals) == 10 * 5 + 4 and "Traceback" not in logged
     assert max(len(line) for line in logged.splitlines()) < 500
     assert [c.command for c in storage.list_commands(storage.open_database(url))].count("queue") == 1
 
@@ -403,3 +409,52 @@ async def test_bot_start_up_against_a_misbehaving_slack_is_one_line_and_an_exit_
     else:
         assert proc.returncode == 5 and errors[0].startswith("Slack error: Slack unreachable at")
     assert seconds < 60  # bounded retries
+
+
+async def test_an_outage_longer_than_the_lease_mid_job_requeues_it_and_the_worker_runs_on(tmp_path, emulator,
+                                                                                           unused_tcp_port):
+    # Lease 20 s: the fence stops jobs after 13.3 s unrenewed. The database is held for 30 s (1.5x the
+    # lease) while quick launches write often, so the job's own write fails first (SQLite waits 5 s)
+    # and the fence lands while the job is recovering from it: the case that ended the host's worker.
+    import httpx
+
+    from tests.bot_support import hold_sqlite
+    from tests.slack_emulator import signed_headers
+
+    config, url, home, log, db = _setup(tmp_path, emulator, unused_tcp_port, workload=SHORT, trials=6, lease_s=20)
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        await post_command(port, form("compare slow --modes baseline", trigger="o1", response_url=emulator.response_url()))
+        await wait_for(lambda: len([t for t in _trials(db) if t.status == "ok"]) >= 1, 60, what="a measured launch")
+        locker = await asyncio.to_thread(hold_sqlite, tmp_path / "bot.db", 30)
+        await asyncio.sleep(8)
+        # a command during the outage: refused 503 while the database is away, so sent again as
+        # Slack retries an unacknowledged delivery, until it is taken
+        body = form("compare noop --modes baseline", trigger="o2", response_url=emulator.response_url())
+        for attempt in range(12):
+            headers = {**signed_headers(body), **({"X-Slack-Retry-Num": str(attempt)} if attempt else {})}
+            response, _ = await post_command(port, body, headers)
+            if response.status_code == 200:
+                break
+            assert response.status_code == 503 and "database unavailable" in response.text, response.text
+            await asyncio.sleep(5)
+        assert response.status_code == 200, response.text
+        await asyncio.to_thread(locker.wait, 60)
+        first = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 240,
+                               what="job 1 run to its end after the outage")
+        assert first.status == "done", first.reason
+        second = await wait_for(lambda: (j := storage.get_job(db, 2)) and j.status in ("done", "failed") and j, 240,
+                                what="job 2, sent during the outage, run after job 1")
+        assert second.status == "done", second.reason
+        assert second.started_at >= first.finished_at  # one job at a time on the host: after job 1's end
+        async with httpx.AsyncClient(timeout=10) as client:
+            health = await client.get(f"http://127.0.0.1:{port}/health")
+        assert health.status_code == 200 and health.text.strip() == "ok", health.text
+    finally:
+        await _stop(proc)
+        log.close()
+    assert proc.returncode == 0
+    logged = (tmp_path / "bot.log").read_text()
+    assert "database unavailable" in logged and "Traceback" not in logged
+    assert "the worker of host local ended" not in logged  # the supervisor had nothing to restart
+    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
