@@ -99,19 +99,41 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
 
 
 class ConsoleProgress(core.CompareObserver):
-    """Prints a compare's progress on the terminal as it goes."""
+    """Prints a compare's progress on the terminal as it goes: each trial, and after each round
+    the launches so far, the time, each mode's estimate and interval, and (with ``settings``)
+    an upper bound of the time left: the undecided modes' launches up to ``max_trials`` at the
+    mean launch time so far."""
 
-    def __init__(self, console: Console) -> None:
-        self.console = console
+    def __init__(self, console: Console, settings: core.CompareConfig | None = None) -> None:
+        self.console, self.settings = console, settings
+        self.launches, self.first_launch = 0, None
 
     def progress(self, message: str) -> None:
         self.console.print(Text(message, style="dim"))
 
+    def trial_launched(self, arm, seq, process) -> None:
+        if self.first_launch is None:
+            self.first_launch = time.monotonic()
+
     def trial_finished(self, arm, seq, trial) -> None:
+        self.launches += 1
         self.console.print(f"  trial {seq}: {arm.mode} {arm.role}: {trial_line(trial)}", markup=False, highlight=False)
 
     def verdicts_updated(self, verdicts) -> None:
-        self.console.print("  so far: " + ", ".join(f"{m} {v.verdict}" for m, v in verdicts.items()),
+        spent = time.monotonic() - (self.first_launch or time.monotonic())
+        parts = []
+        for mode, v in verdicts.items():
+            estimate = (f" {v.change_pct:+.1f}%" if v.change_pct is not None else "") + (
+                f" ({v.ci_low_pct:+.1f} .. {v.ci_high_pct:+.1f})" if v.ci_low_pct is not None else "")
+            parts.append(f"{mode} {v.verdict}{estimate}, {v.n_pairs} per arm")
+        left = ""
+        if self.settings and self.launches:
+            undecided = [v for v in verdicts.values() if v.verdict == core.INCONCLUSIVE
+                         or v.n_pairs < self.settings.min_trials]
+            more = sum(2 * max(self.settings.max_trials - v.n_pairs, 0) for v in undecided)
+            if more:
+                left = f"; at most {more} more launches, about {more * spent / self.launches / 60:.0f} min"
+        self.console.print(f"  so far ({self.launches} launches, {spent / 60:.1f} min): " + "; ".join(parts) + left,
                            markup=False, highlight=False)
 
 
@@ -176,7 +198,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         if on_slurm:  # one Slurm job runs the whole compare on a node; its report is the stored run's
             run_id = await app.compare_on_slurm(config, db, request, (base_sha, head_sha),
                                                 cli_session(args, console, f"compare {head_sha[:12]}"),
-                                                ConsoleProgress(console), on_run=started,
+                                                ConsoleProgress(console, request.settings), on_run=started,
                                                 extra={"calibration": goal} if goal else None)
             stored = storage.load_run(db, run_id)
             assert stored is not None  # recorded by app.compare_on_slurm
@@ -184,7 +206,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         try:
             run_id, result = await app.compare(config, db, request, (base_sha, head_sha),
                                                cli_session(args, console, f"compare {head_sha[:12]}"),
-                                               ConsoleProgress(console), on_run=started,
+                                               ConsoleProgress(console, request.settings), on_run=started,
                                                extra={"calibration": goal} if goal else None)
         except SQLAlchemyError as exc:  # the engine is stopped by now (core's launch context)
             raise await storage_failed(db, recorded.get("run_id"), exc) from None

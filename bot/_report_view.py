@@ -45,8 +45,7 @@ def print_report(console: Console, report: dict, title: str) -> None:
     for mode, entry in report["modes"].items():
         v = entry.get("verdict")
         if v:
-            more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
-            console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}{more}", markup=False, highlight=False)
+            console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}", markup=False, highlight=False)
             for line in entry.get("limits", []):
                 console.print(f"    {line}", markup=False, highlight=False)
     environment = report.get("environment") or {}

@@ -73,10 +73,9 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
             _field("ms / step", f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}"),
         ]})
         if v:
-            more = f"; about {v['more_trials']} more launches per arm would settle it" if v["more_trials"] else ""
             limits = "".join(f"\n{line}" for line in entry.get("limits", []))
             blocks.append({"type": "context", "elements": [
-                {"type": "mrkdwn", "text": f"{v['n_pairs']} pairs: {v['reason']}{more}{limits}"[:3000]}]})
+                {"type": "mrkdwn", "text": f"{v['n_pairs']} pairs: {v['reason']}{limits}"[:3000]}]})
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):
             blocks.append(_text(f"*{mode} speedup over baseline*: {parts}"))

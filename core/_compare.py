@@ -1,7 +1,9 @@
 """Revert-and-measure: a commit against its base, interleaved launches, a verdict per mode.
 
 For each round and each mode still undecided, four launches in ABBA order (base, commit,
-commit, base), on the same host and port, with a cool-down between launches. After each
+commit, base), on the same host and port, with a cool-down between launches; or, with
+``[compare] pairing = "concurrent"``, two paired launches of both arms at once, measured in
+turns (core._measure.measure_pair), base first in one and the commit first in the other. After each
 round the verdict of each mode is recomputed (core._stats); a mode stops getting rounds once
 it has ``min_trials`` launches per arm and a verdict other than INCONCLUSIVE, or at
 ``max_trials`` launches per arm, or when the time budget is spent.
@@ -41,7 +43,7 @@ from core._errors import EngineError, HostBusyError, SpecperfError
 from core._fingerprint import diff_snapshots
 from core._hosts import EngineHandle, Host
 from core._hygiene import clean_gpus
-from core._measure import TrialResult, measure
+from core._measure import TrialResult, measure, measure_pair
 from core._probe import ProbeError, probe_async
 from core._report import launch_rows
 from core._stats import INCONCLUSIVE, ArmTrial, Verdict, decide
@@ -279,8 +281,24 @@ async def _experiment(request: CompareRequest, obs: CompareObserver, result: Com
     deadline = time.monotonic() + settings.time_budget_s
     undecided = list(request.modes)
     seq = 0
+    if settings.pairing == "concurrent":  # the commit's engine beside the base's, on the next port
+        head_engine, head_tree = engines["head"]
+        engines["head"] = (head_engine.model_copy(update={"port": head_engine.port + 1}), head_tree)
     while undecided:
         for mode in undecided:
+            if settings.pairing == "concurrent":
+                for first in (0, 1):  # base takes the first turn, then the commit
+                    arms = tuple(Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
+                                 for role in ("base", "head"))
+                    trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first)
+                    for offset, (arm, trial) in enumerate(zip(arms, trials), start=1):
+                        result.trials[mode][arm.role].append(trial)
+                        result.seqs[mode][arm.role].append(seq + offset)
+                        result.windows[seq + offset] = trial.window
+                    seq += 2
+                    if settings.cooldown_s:
+                        await asyncio.sleep(settings.cooldown_s)
+                continue
             for role in ABBA:
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
@@ -347,6 +365,32 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
     except SpecperfError as exc:
         obs.trial_failed(arm, seq, str(exc))
         raise
+    return _trial_done(request, obs, arm, seq, trial)
+
+
+async def _pair_trials(request: CompareRequest, obs: CompareObserver, arms: tuple[Arm, Arm], seqs: tuple[int, int],
+                       engines: dict[str, tuple[EngineConfig, str]], first: int) -> tuple[TrialResult, TrialResult]:
+    """Both arms launched at once and measured in turns (``[compare] pairing = "concurrent"``)."""
+    mode = arms[0].mode
+    obs.progress(f"trials {seqs[0]} and {seqs[1]}: {mode} base {arms[0].sha[:12]} beside commit {arms[1].sha[:12]}, "
+                 f"{'base' if first == 0 else 'commit'} first")
+    try:
+        trials = await measure_pair(
+            request.engine_name, (engines["base"][0], engines["head"][0]), mode, request.workload_name,
+            request.workload, f"{request.host.workdir}/logs", host=request.host,
+            cwds=(engines["base"][1], engines["head"][1]), first=first,
+            on_launch=lambda i, process: obs.trial_launched(arms[i], seqs[i], process),
+        )
+    except SpecperfError as exc:
+        for arm, seq in zip(arms, seqs):
+            obs.trial_failed(arm, seq, str(exc))
+        raise
+    return (_trial_done(request, obs, arms[0], seqs[0], trials[0]),
+            _trial_done(request, obs, arms[1], seqs[1], trials[1]))
+
+
+def _trial_done(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int, trial: TrialResult) -> TrialResult:
+    """Record a measured trial and judge its window (``on_disturbed = "fail"`` raises)."""
     obs.trial_finished(arm, seq, trial)
     if trial.window is not None:
         obs.snapshot("window", trial.window, seq)

@@ -7,12 +7,13 @@ and swap, and per GPU the deltas of NVML's cumulative throttle counters, SM cloc
 compute processes that are not the engine's. The judgement (thresholds in
 :class:`core.DisturbanceConfig`, ``[compare.disturbance]``):
 
-* disturbed: foreign CPU time on the engine's CPUs, VM steal, swapping, a foreign GPU compute
+* disturbed: foreign CPU time on the engine's CPUs or on the benchmark client's CPUs, VM steal, swapping, a foreign GPU compute
   process, thermal slowdown, HW slowdown or power braking in the window, and a share of the
   window under the SW power cap that differs from the other trials of the same mode;
 * not disturbed: an idle GPU before a launch, a boosted one after it, clock moves, and the
   power cap on its own (measured on an H200: a bf16 matmul loop spends its whole window there,
-  ``tests/fixtures/nvml/h200_window_capped.json``), load on CPUs the engine does not use.
+  ``tests/fixtures/nvml/h200_window_capped.json``), load on CPUs neither the engine nor the
+  client uses.
 """
 
 from __future__ import annotations
@@ -108,6 +109,19 @@ def judge_window(window: dict | None, limits: DisturbanceConfig, power_cap_media
         short = f"; {unattributed:.0%} by short-lived processes" if unattributed >= 0.05 else ""
         out.reasons.append(f"foreign processes took {foreign_share + unattributed:.0%} of the engine's "
                            f"{_cpus(engine_cpus)} ({who or 'not attributed to a pid'}{short})")
+    client_share = cpu.get("client_cpus_foreign_share")
+    if limits.client_cpus_foreign_share is not None and client_share is not None \
+            and client_share > limits.client_cpus_foreign_share:
+        span_client = [p for p in window.get("foreign_processes", [])
+                       if (p.get("cpu_s") or 0) - (p.get("engine_cpus_cpu_s") or 0) > 0]
+        named = sorted(span_client, key=lambda p: -(p["cpu_s"] - (p.get("engine_cpus_cpu_s") or 0)))[:3]
+        for proc in named:
+            rate = (proc["cpu_s"] - (proc.get("engine_cpus_cpu_s") or 0)) / span
+            out.culprits.append(Culprit("cpu", proc["pid"], proc.get("user"), proc.get("command"), round(rate, 2)))
+        who = "; ".join(f"{_who(p)}: {(p['cpu_s'] - (p.get('engine_cpus_cpu_s') or 0)) / span:.2f} CPU-s/s"
+                        for p in named)
+        out.reasons.append(f"foreign processes took {client_share:.0%} of the benchmark client's "
+                           f"{_cpus(window.get('client_cpus') or [])} ({who or 'not attributed to a pid'})")
     host_share = cpu.get("host_foreign_share") or 0.0
     if limits.host_foreign_share is not None and host_share > limits.host_foreign_share:
         out.reasons.append(f"foreign processes took {host_share:.0%} of the host's {window.get('host_cpus')} CPUs")

@@ -47,13 +47,15 @@ Modes:
     Prints the file's size in bytes.
 ``monitor SPEC``
     The window monitor of one trial. SPEC is JSON ``{"pgid", "own_pids", "interval_s", "cpus",
-    "pynvml_dir"}``: the engine's process group, processes of specperf itself (the benchmark
-    client), seconds between samples, the engine's CPUs (``null``: those its group may run
-    on; all when there is none), and where to import ``pynvml`` from when this Python has
-    none. It prints ``{"ready": true}`` and waits; a line ``start`` takes the first reading
-    (prints ``{"started": true}``), then it samples every ``interval_s`` until a line ``stop``
-    (or the end of standard input), takes the last reading and prints the window document of
-    :func:`window_summary`. It moves itself off the engine's CPUs when it can.
+    "pynvml_dir", "peer_pgids", "client_cpus"}``: the engine's process group, processes of
+    specperf itself (the benchmark client), seconds between samples, the engine's CPUs
+    (``null``: those its group may run on; all when there is none), where to import
+    ``pynvml`` from when this Python has none, optionally more engine groups (both arms'
+    engines at once) and the CPUs the benchmark client runs on. It prints ``{"ready": true}``
+    and waits; a line ``start`` takes the first reading (prints ``{"started": true}``), then
+    it samples every ``interval_s`` until a line ``stop`` (or the end of standard input),
+    takes the last reading and prints the window document of :func:`window_summary`. It
+    moves itself off the engine's CPUs when it can.
 """
 
 import fnmatch
@@ -589,7 +591,8 @@ def _median(values):
 
 
 def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_wait_ns=None,
-                   nvml_error=None, describe=_process_info, ticks_per_s=CLOCK_TICKS, top=5):
+                   nvml_error=None, describe=_process_info, ticks_per_s=CLOCK_TICKS, top=5, peer_pgids=(),
+                   client_cpus=None):
     """The window document from readings of :func:`reading` (``first`` and ``last`` with
     counters, ``samples`` between them, in time order).
 
@@ -597,7 +600,11 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
     on at the later one. Foreign means: not in process group ``pgid`` (the engine) and not one
     of ``own_pids`` (specperf, this monitor). CPU time of processes that started and ended
     between two readings is not attributed to a pid; it shows as ``engine_cpus_unattributed_s``
-    (busy time of the engine's CPUs that no live thread accounts for).
+    (busy time of the engine's CPUs that no live thread accounts for). ``peer_pgids``: more
+    engine groups (the other arm's engine, when both arms run at once), never foreign.
+    ``client_cpus``: where the benchmark client runs; foreign CPU time there is reported as
+    ``client_cpus_foreign_share`` (a loaded client reads tokens late and sends the next
+    request late), ``None`` when not given.
 
     Returns ``{"window_s", "host_cpus", "engine_cpus", "cpu": {...}, "foreign_processes":
     [{"pid", "user", "command", "cpu_s", "engine_cpus_cpu_s"}], "memory": {...}, "gpu": {...}}``;
@@ -610,6 +617,9 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
     cpus = sorted(set(int(c) for c in first["cpu"]) & set(int(c) for c in last["cpu"]))
     engine_cpus = [c for c in (engine_cpus or cpus) if c in cpus] or cpus
     own = set(own_pids)
+    engine_groups = set([pgid]) | set(peer_pgids)
+    watched_client = [c for c in (client_cpus or []) if c in cpus]
+    foreign_client = 0
     per_pid, engine_on, foreign_on, attributed_on = {}, 0, 0, 0
     engine_total = 0
     for before, after in zip(chain, chain[1:]):
@@ -620,7 +630,7 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
                 continue
             on_engine = cpu in engine_cpus
             attributed_on += delta if on_engine else 0
-            if tgid_pgid == pgid:
+            if tgid_pgid in engine_groups:
                 engine_total += delta
                 engine_on += delta if on_engine else 0
             elif pid not in own:
@@ -628,6 +638,7 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
                 entry[0] += delta
                 entry[1] += delta if on_engine else 0
                 foreign_on += delta if on_engine else 0
+                foreign_client += delta if cpu in watched_client and not on_engine else 0
 
     def busy(cpu_list, columns):
         return sum(sum(last["cpu"][c][i] - first["cpu"][c][i] for i in columns) for c in cpu_list)
@@ -656,6 +667,8 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
         "engine_cpus_steal_share": round(busy(engine_cpus, steal_col) / ticks_per_s / capacity_engine, 4),
         "engine_cpu_s": round(engine_total / ticks_per_s, 3),
         "engine_runqueue_wait_s": None if runqueue_wait_ns is None else round(runqueue_wait_ns / 1e9, 3),
+        "client_cpus_foreign_share": (round(foreign_client / ticks_per_s / (window_s * len(watched_client)), 4)
+                                      if watched_client and not set(watched_client) & set(engine_cpus) else None),
     }
     available = [r["mem_available_mib"] for r in chain if r.get("mem_available_mib") is not None]
     vm0, vm1 = first.get("vmstat", {}), last.get("vmstat", {})
@@ -666,12 +679,12 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
         "swap_out_mib": round((vm1.get("pswpout", 0) - vm0.get("pswpout", 0)) * page_mib, 2),
         "major_faults": vm1.get("pgmajfault", 0) - vm0.get("pgmajfault", 0),
     }
-    return {"window_s": round(window_s, 3), "host_cpus": len(cpus), "engine_cpus": engine_cpus, "cpu": cpu,
-            "foreign_processes": processes, "memory": memory,
-            "gpu": gpu_window(chain, pgid, nvml_error, describe)}
+    return {"window_s": round(window_s, 3), "host_cpus": len(cpus), "engine_cpus": engine_cpus,
+            "client_cpus": watched_client or None, "cpu": cpu, "foreign_processes": processes, "memory": memory,
+            "gpu": gpu_window(chain, pgid, nvml_error, describe, peer_pgids=peer_pgids)}
 
 
-def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_pid_group):
+def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_pid_group, peer_pgids=()):
     """The ``gpu`` part of the window document: per device, the throttle counters' deltas in
     seconds (``violation_s``, ``clock_event_s``),
     ``unsupported`` counters with the reason, SM clock ``min``/``median`` over the samples, and
@@ -697,7 +710,7 @@ def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_p
         foreign = []
         for pid in pids:
             group = group_of(pid)
-            if group != pgid:
+            if group != pgid and group not in peer_pgids:
                 info = describe(pid) if group is not None else None
                 foreign.append(info or {"pid": pid, "user": None, "command": None, "visible": False})
         dev["foreign_processes"] = foreign
@@ -727,18 +740,23 @@ def monitor(spec, stdin=None, emit=None):
     move_off_cpus(engine_cpus)
     nvml = Nvml(spec.get("pynvml_dir"))
     own = [os.getpid(), os.getppid()] + list(spec.get("own_pids", []))
+    peers = list(spec.get("peer_pgids") or [])
     emit({"ready": True})
     line = stdin.readline()
     if line.strip() != "start":
         return None
-    wait0 = group_runqueue_wait_ns(pgid)
+    def runqueue_wait():
+        waits = [group_runqueue_wait_ns(group) for group in [pgid] + peers]
+        return None if any(w is None for w in waits) else sum(waits)
+
+    wait0 = runqueue_wait()
     first = reading(nvml, True)
     emit({"started": True})
     seen = {}  # pid -> who, described when first seen, so a process that exits is still named
 
     def remember(doc):
         for pid, group, _, _ in doc["threads"].values():
-            if group != pgid and pid not in seen:
+            if group != pgid and group not in peers and pid not in seen:
                 seen[pid] = _process_info(pid)
 
     remember(first)
@@ -751,9 +769,10 @@ def monitor(spec, stdin=None, emit=None):
         remember(samples[-1])
     last = reading(nvml, True)
     remember(last)
-    wait1 = group_runqueue_wait_ns(pgid)
+    wait1 = runqueue_wait()
     wait = wait1 - wait0 if wait0 is not None and wait1 is not None else None
-    doc = window_summary(first, samples, last, pgid, own, engine_cpus, wait, nvml.error, seen.get)
+    doc = window_summary(first, samples, last, pgid, own, engine_cpus, wait, nvml.error, seen.get,
+                         peer_pgids=peers, client_cpus=spec.get("client_cpus"))
     if spec.get("raw"):  # for recording fixtures: the readings without the per-thread tables
         doc["readings"] = [{k: v for k, v in r.items() if k != "threads"} for r in [first] + samples + [last]]
     emit({"window": doc})

@@ -112,16 +112,19 @@ class Sample:
     ``request_per_s`` are over that window. ``measured_by``: where the client ran,
     ``{"where": "here" | "host", "hostname", "pid", "python"}`` (``"host"`` adds the host's
     name: the client on an SSH host, core/_host_client.py); empty when not recorded.
+    ``active_s``: for one arm of an alternated measurement (:func:`run_alternating`), the sum
+    of its own turns, which is then its ``window_s`` (the other arm's turns are not its time).
     """
 
     requests: list[RequestRecord]
     window_start_s: float
     window_end_s: float
     measured_by: dict = field(default_factory=dict)
+    active_s: float | None = None
 
     @property
     def window_s(self) -> float:
-        return self.window_end_s - self.window_start_s
+        return self.active_s if self.active_s is not None else self.window_end_s - self.window_start_s
 
     @property
     def output_tokens(self) -> int:
@@ -446,6 +449,82 @@ async def run_workload(
     start = min(r.start_s for r in records)
     end = max(r.end_s for r in records)
     return Sample(records, start, end)
+
+
+def turn_order(turns: int, first: int) -> list[int]:
+    """Which arm (0 or 1) takes each of ``turns`` turns: ABBA repeated (``first`` starts), so
+    neither arm is always first after the other: ``turn_order(6, 0) == [0, 1, 1, 0, 0, 1]``."""
+    pattern = (first, 1 - first, 1 - first, first)
+    return [pattern[i % 4] for i in range(turns)]
+
+
+async def run_alternating(
+    base_urls: tuple[str, str],
+    model: str,
+    workload: WorkloadConfig,
+    *,
+    first: int = 0,
+    on_request_done: Callable[[int, RequestRecord], None] | None = None,
+    on_measure_start: Callable[[], object] | None = None,
+    length_methods: tuple[str, str] = ("ignore_eos", "ignore_eos"),
+) -> tuple[Sample, Sample]:
+    """Measure two servers in turns: the workload's measured requests cut into turns of
+    ``concurrency`` requests (one request each in flight at a time, as in :func:`run_workload`),
+    each arm getting every turn's prompts in the same order, the arms taking turns in ABBA order
+    (:func:`turn_order`), so both see the machine in the same state within a second or so. A
+    CPU whose speed drifts from second to second (a VM's neighbours: +-20% within seconds,
+    measured in bench/NOISE_RESULTS.md) then slows both arms alike.
+
+    Warm-up: ``warmup_requests`` on each server first (arm 0, then arm 1), not counted.
+    ``on_measure_start`` is awaited (if it returns an awaitable) between warm-up and the
+    measured turns. ``on_request_done(arm, record)`` after each measured request.
+
+    Returns:
+        (arm 0's sample, arm 1's sample), each with ``workload.requests`` requests and
+        ``active_s`` the sum of its turns (first request sent .. last done, per turn), so its
+        ``output_tok_s`` is its tokens over its own time.
+
+    Raises:
+        InvalidSampleError: a warm-up request failed or was truncated.
+        ValueError: a base URL is not an http(s) URL.
+    """
+    for url in base_urls:
+        StreamConnection(url)  # a bad URL fails here, before anything is sent
+    connections: tuple[list[StreamConnection], list[StreamConnection]] = ([], [])
+    records: tuple[list[RequestRecord], list[RequestRecord]] = ([], [])
+    active = [0.0, 0.0]
+    try:
+        if workload.warmup_requests:
+            warm = make_prompts(workload, workload.warmup_requests, stream=1)
+            for arm in (0, 1):
+                warm_records = await _run_requests(connections[arm], base_urls[arm], model, workload, warm, None,
+                                                   length_methods[arm])
+                Sample(warm_records, 0.0, 0.0).raise_if_invalid()
+        if on_measure_start is not None:
+            result = on_measure_start()
+            if asyncio.iscoroutine(result):
+                await result
+        prompts = make_prompts(workload, workload.requests, stream=0)
+        size = workload.concurrency
+        turns = [prompts[i:i + size] for i in range(0, len(prompts), size)]
+        taken = [0, 0]
+        for arm in turn_order(2 * len(turns), first):
+            batch = turns[taken[arm]]
+            taken[arm] += 1
+            done = (lambda record, arm=arm: on_request_done(arm, record)) if on_request_done else None
+            got = await _run_requests(connections[arm], base_urls[arm], model, workload, batch, done,
+                                      length_methods[arm])
+            offset = len(records[arm])
+            for record in got:
+                record.index += offset
+            records[arm].extend(got)
+            active[arm] += max(r.end_s for r in got) - min(r.start_s for r in got)
+    finally:
+        for pool in connections:
+            for connection in pool:
+                connection.close()
+    return tuple(Sample(records[arm], min(r.start_s for r in records[arm]), max(r.end_s for r in records[arm]),
+                        active_s=active[arm]) for arm in (0, 1))  # type: ignore[return-value]
 
 
 class InvalidSampleError(SpecperfError):

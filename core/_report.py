@@ -131,13 +131,20 @@ def _limits(mode: str, verdict: Verdict, arms: dict[str, list[ArmTrial]], rows: 
                      f"+-{verdict.margin_pct:g}%")
     if calibrated is not None:
         lines.append(f"this host's calibration: {calibrated.line()}")
+    pairs = len(arms["base"])
+    capped = pairs >= settings.max_trials
+    if capped:
+        lines.append(f"stopped at the cap of {settings.max_trials} launches per arm ([compare].max_trials)")
     settle = []
     if any(r["kept"] and r["disturbed"] for r in mine):
         settle.append("measure again on a quiet host (`specperf env --watch 60` shows what runs there)")
     if verdict.more_trials:
-        settle.append(f"about {verdict.more_trials} more launches per arm")
+        lift = f" (`--max-trials {pairs + verdict.more_trials}` lifts the cap)" if capped else ""
+        settle.append(f"about {verdict.more_trials} more launches per arm{lift}")
     if spread is not None and spread >= verdict.margin_pct:
-        settle.append(f"a margin above {spread:.1f}% (the spread), or `specperf calibrate` to plan margin and launches")
+        # never a wider margin: it would hide the very change the user is looking for
+        settle.append("a host with less launch-to-launch spread (`specperf calibrate` measures it and says which "
+                      "margin this host supports)")
     if settle:
         lines.append("would settle it: " + "; or ".join(settle))
     return lines

@@ -8,10 +8,14 @@ Method (per mode):
   decay) on average, and pairing removes slow drift between pairs.
 * Estimate: ``exp(mean r) - 1``. Interval: 95% BCa bootstrap of ``mean r``
   (``scipy.stats.bootstrap``, seeded so a recompute gives the same numbers).
-* p-value: two-sided Mann-Whitney U on the two arms' log tok/s (``scipy.stats.mannwhitneyu``,
-  exact for small samples): a rank test, so one wild launch cannot carry the verdict. With 4
-  launches per arm its smallest p is 2/70 = 0.029; below 4 no verdict but NO CHANGE or
-  INCONCLUSIVE is possible.
+* p-value: two-sided Student t-test of the pair log-ratios against 0
+  (``scipy.stats.ttest_1samp``), the paired test that matches the interval. It uses the
+  pairing: a machine whose speed moves both arms of a pair alike (the same round, or two
+  engines measured in turns) leaves the log-ratios tight, which an unpaired test of the two
+  arms' values would not see (a Mann-Whitney U over them, used before 2026-12-03, could not
+  call a -15% change with launches spread +-10% around a drifting level). One wild pair
+  cannot carry the verdict: it widens the sd as much as it moves the mean (with 4 pairs
+  such a pair alone gives t of about 1).
 * Verdict with margin ``m`` (2% by default): REGRESSION or IMPROVEMENT when the whole
   interval lies beyond ``-m`` or ``+m`` and p < alpha; NO CHANGE when the whole interval lies
   inside ``+-m``; otherwise INCONCLUSIVE, with the number of further launches per arm that
@@ -136,7 +140,7 @@ def decide(
     Args:
         base, head: successful trials of the two arms, in pair order, equal length.
         margin_pct: changes within +-margin count as no change (percent of base tok/s).
-        alpha: the rank test's significance level.
+        alpha: the paired t-test's significance level.
         min_pairs: fewer pairs give INCONCLUSIVE.
         seed: bootstrap seed (recomputing with the same data and seed gives the same result).
 
@@ -159,8 +163,7 @@ def decide(
                        more_trials=min_pairs - n, attribution=None,
                        reason=f"{n} pairs so far; at least {min_pairs} are needed", **common)
     low, high = bootstrap_ci(r, seed)
-    p = float(stats.mannwhitneyu(np.log([t.output_tok_s for t in head]), np.log([t.output_tok_s for t in base]),
-                                 alternative="two-sided").pvalue)
+    p = paired_p(r)
     interval = dict(ci_low_pct=_pct(low), ci_high_pct=_pct(high), p_value=p)
     verdict = _classify(low, high, p, margin, alpha)
     if verdict in (REGRESSION, IMPROVEMENT):
@@ -174,6 +177,14 @@ def decide(
                        reason=f"the whole 95% interval lies within +-{margin_pct:g}%", **interval, **common)
     return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, mean, margin, min_pairs), attribution=None,
                    reason=_inconclusive_reason(low, high, margin, p, alpha), **interval, **common)
+
+
+def paired_p(r: np.ndarray) -> float:
+    """Two-sided p of the one-sample t-test of log-ratios ``r`` against 0 (at least 2 values);
+    identical values give 0 (all the same non-zero change) or 1 (no change at all)."""
+    if np.ptp(r) == 0:
+        return 0.0 if r[0] != 0 else 1.0
+    return float(stats.ttest_1samp(r, 0.0).pvalue)
 
 
 def _classify(low: float, high: float, p: float, margin: float, alpha: float) -> str:
@@ -263,7 +274,7 @@ def _attribution(acceptance_change: float | None, step_change: float | None) -> 
 
 def _more_trials(n: int, low: float, high: float, mean: float, margin: float, min_pairs: int) -> int | None:
     """Further launches per arm: enough to shrink the interval as needed, at least enough for
-    the rank test to reach p < 0.05 (4 per arm), in whole ABBA rounds (2 per arm)."""
+    the first verdict (``min_pairs``, at least 4), in whole rounds (2 per arm)."""
     half = (high - low) / 2
     needed_half = abs(abs(mean) - margin)
     if needed_half < 0.1 * half:
@@ -274,7 +285,7 @@ def _more_trials(n: int, low: float, high: float, mean: float, margin: float, mi
 
 def _inconclusive_reason(low: float, high: float, margin: float, p: float, alpha: float) -> str:
     if (high < -margin or low > margin) and p >= alpha:
-        return f"the interval lies beyond the margin but the rank test is not significant (p = {p:.3g})"
+        return f"the interval lies beyond the margin but the paired t-test is not significant (p = {p:.3g})"
     return f"the 95% interval ({_pct(low):+.1f}%, {_pct(high):+.1f}%) straddles the margin"
 
 

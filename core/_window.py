@@ -5,10 +5,11 @@ requests start and end, so start-up and warm-up are outside the window.
 
 The window document (:func:`core._host_agent.window_summary`)::
 
-    {"window_s", "host_cpus", "engine_cpus": [cpu],
+    {"window_s", "host_cpus", "engine_cpus": [cpu], "client_cpus": [cpu] | null,
      "cpu": {"host_busy_share", "host_foreign_share", "engine_cpus_busy_share",
              "engine_cpus_foreign_share", "engine_cpus_foreign_s", "engine_cpus_unattributed_s",
-             "engine_cpus_steal_share", "engine_cpu_s", "engine_runqueue_wait_s"},
+             "engine_cpus_steal_share", "engine_cpu_s", "engine_runqueue_wait_s",
+             "client_cpus_foreign_share"},
      "foreign_processes": [{"pid", "user", "command" (redacted), "cpu_s", "engine_cpus_cpu_s"}],
      "memory": {"available_min_mib", "swap_in_mib", "swap_out_mib", "major_faults"},
      "gpu": {"available": false, "reason"} | {"available": true, "devices": [
@@ -40,15 +41,22 @@ class WindowMonitor:
     for the probe). ``cpus``: the engine's CPUs (default: those its group may run on).
     ``own_pids``: specperf's own processes on the host, never counted as foreign (default:
     this process on the local host, where the benchmark client runs in it; the client's
-    process on an SSH host with ``client = "host"``).
+    process on an SSH host with ``client = "host"``). ``peer_pgids``: the other engine's
+    group when both arms run at once (never foreign). ``client_cpus``: the CPUs the benchmark
+    client runs on (default: this process's on the local host, ``None`` elsewhere), watched
+    for foreign load too (``client_cpus_foreign_share``).
     Use :meth:`open`, :meth:`start`, then :meth:`stop`."""
 
     def __init__(self, host: Host, python: str, pgid: int, cpus: list[int] | None = None,
-                 interval_s: float = 0.5, own_pids: list[int] | None = None) -> None:
+                 interval_s: float = 0.5, own_pids: list[int] | None = None, peer_pgids: list[int] | None = None,
+                 client_cpus: list[int] | None = None) -> None:
         self.host, self.python, self.pgid = host, python, pgid
         own = own_pids if own_pids is not None else [os.getpid()] if host.is_local else []
+        if client_cpus is None and host.is_local and own_pids is None:
+            client_cpus = sorted(os.sched_getaffinity(0))
         self.spec = {"pgid": pgid, "own_pids": own, "interval_s": interval_s, "cpus": cpus,
-                     "pynvml_dir": own_pynvml_dir() if host.is_local else None}
+                     "pynvml_dir": own_pynvml_dir() if host.is_local else None,
+                     "peer_pgids": list(peer_pgids or []), "client_cpus": client_cpus}
         self._proc: Spawned | None = None
         self.error: str | None = None
 

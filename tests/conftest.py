@@ -291,8 +291,10 @@ def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     config = default_config(testenv)
     port = free_port()
     hog = Hog(config.engine("tiny-vllm").cpus[0], HOGGED, port)
+    # sequential pairing, as on a GPU host with one large model: one engine at a time, ABBA
+    # (the embedded default's concurrent pairing has its own test, tests/test_compare_vllm.py)
     result, stored = vllm_compare(testenv, tmp_path_factory.mktemp("slow-spec"), "slow-spec", ["baseline", "eagle3"],
-                                  hog, port, margin_pct=5.0, max_trials=4)
+                                  hog, port, margin_pct=5.0, max_trials=4, pairing="sequential")
     return SessionCompare(result, stored, hog)
 
 

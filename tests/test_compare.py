@@ -132,6 +132,36 @@ def test_stored_run_recomputes_to_the_same_verdicts(slow_compare, tmp_path):
 
 
 @pytest.mark.e2e
+async def test_concurrent_pairing_runs_both_arms_at_once_and_measures_them_in_turns(repo, tmp_path, unused_tcp_port):
+    path, shas = repo
+    request = request_for(path, unused_tcp_port, "slow", None, tmp_path / "work", modes=("baseline",))
+    request.settings = SETTINGS.model_copy(update={"pairing": "concurrent", "max_trials": 4})
+    result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    assert result.status == "done", result.reason
+    verdict = result.verdicts["baseline"]
+    assert verdict.verdict == core.REGRESSION and -12.0 < verdict.change_pct < -6.0, verdict  # ITL x1.1: -9.1%
+    assert verdict.n_pairs == 4
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
+    by_seq = {t.seq: t for t in stored.trials}
+    assert sorted(by_seq) == list(range(1, 9))
+    for seq in (1, 3, 5, 7):  # each pair: the base on the port, the commit on the next, both alive at once
+        base, head = by_seq[seq], by_seq[seq + 1]
+        assert (stored.arms[base.arm_id].role, stored.arms[head.arm_id].role) == ("base", "head")
+        assert f"--port {unused_tcp_port}" in " ".join(base.argv)
+        assert f"--port {unused_tcp_port + 1}" in " ".join(head.argv)
+        assert base.pgid != head.pgid
+        assert len(base.requests) == len(head.requests) == WORKLOAD.requests
+    # one window for both arms of a pair, in which neither engine is foreign to the other
+    for first, second in ((1, 2), (3, 4)):
+        window = result.windows[first]
+        assert window is result.windows[second] and "error" not in window, window
+        assert window["cpu"]["engine_cpus_foreign_share"] < 0.5
+        foreign = {p["pid"] for p in window["foreign_processes"]}
+        assert not foreign & {by_seq[first].pgid, by_seq[second].pgid}
+    assert all(group_members(t.pgid) == [] for t in stored.trials)
+
+
+@pytest.mark.e2e
 async def test_commit_that_fails_to_start_is_a_failed_run(repo, tmp_path, unused_tcp_port):
     path, _ = repo
     url = f"sqlite:///{tmp_path}/db.sqlite"

@@ -288,6 +288,26 @@ def test_a_busy_host_is_named_at_the_top_with_what_would_settle_it():
     json.dumps(report)  # JSON-ready
 
 
+def test_an_inconclusive_verdict_at_the_cap_says_so_and_never_asks_for_a_wider_margin():
+    seqs = {"baseline": {"base": list(range(1, 9)), "head": list(range(9, 17))}}
+    windows = {seq: QUIET for seq in range(1, 17)}
+    settings = core.CompareConfig(margin_pct=3.0, min_trials=4, max_trials=8)
+    base = [160.0, 237.0, 165.0, 171.0, 155.0, 240.0, 168.0, 162.0]  # two-valued launches, as seen on a busy VM
+    head = [140.0, 150.0, 210.0, 139.0, 143.0, 148.0, 200.0, 141.0]
+    trials = {"baseline": {"base": [core.ArmTrial(v) for v in base], "head": [core.ArmTrial(v) for v in head]}}
+    verdicts = {"baseline": core.verdict_for(trials["baseline"], settings)}
+    assert verdicts["baseline"].verdict == core.INCONCLUSIVE and verdicts["baseline"].more_trials
+    tok_s = dict(zip(seqs["baseline"]["base"] + seqs["baseline"]["head"], base + head))
+    disturbed, left_out = core.judge_compare(seqs, windows, settings)
+    launches = core.launch_rows(seqs, tok_s, disturbed, left_out, windows)
+    limits = core.summarize(trials, verdicts, settings, None, launches, disturbed)["modes"]["baseline"]["limits"]
+    text = "\n".join(limits)
+    assert "stopped at the cap of 8 launches per arm ([compare].max_trials)" in text, text
+    more = verdicts["baseline"].more_trials
+    assert f"about {more} more launches per arm (`--max-trials {8 + more}` lifts the cap)" in text, text
+    assert "a margin above" not in text and "specperf calibrate" in text
+
+
 def test_a_quiet_compare_has_no_headline():
     windows = {seq: QUIET for seq in range(1, 13)}
     disturbed, left_out = core.judge_compare(SEQS, windows, core.CompareConfig())

@@ -203,3 +203,43 @@ async def test_a_stream_cut_without_done_or_finish_reason_is_still_truncated(exa
     sample = await run_workload(server.base_url, "m", workload)
     assert not sample.valid
     assert "(the engine may have died)" in sample.invalid_reasons[0]
+
+
+def test_turns_go_abba_from_either_arm():
+    from core._loadgen import turn_order
+
+    assert turn_order(8, 0) == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert turn_order(6, 1) == [1, 0, 0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_two_servers_measured_in_turns_each_get_their_own_rate(exact_server, concurrency):
+    from core._loadgen import run_alternating
+
+    fast, slow = exact_server("--ttft-ms", "5", "--itl-ms", "5"), exact_server("--ttft-ms", "5", "--itl-ms", "10")
+    workload = WorkloadConfig(output_len=32, concurrency=concurrency, requests=4 * concurrency,
+                              warmup_requests=concurrency)
+
+    async def clear_truth() -> None:  # the truth covers the measured requests only
+        async with httpx.AsyncClient() as client:
+            for server in (fast, slow):
+                await client.delete(f"{server.base_url}/truth")
+
+    done: list[int] = []
+    a, b = await run_alternating((fast.base_url, slow.base_url), "m", workload, first=1,
+                                 on_measure_start=clear_truth, on_request_done=lambda arm, record: done.append(arm))
+    assert a.valid and b.valid
+    assert len(a.requests) == len(b.requests) == 4 * concurrency
+    assert sorted(r.index for r in a.requests) == list(range(4 * concurrency))
+    # the turns, ABBA from arm 1: each turn is `concurrency` requests of one arm
+    turns = [done[i] for i in range(0, len(done), concurrency)]
+    assert turns == [1, 0, 0, 1, 1, 0, 0, 1]
+    # each arm's figure is its tokens over its own turns, not over the whole alternated window
+    assert a.window_s < a.window_end_s - a.window_start_s
+    for sample, server in ((a, fast), (b, slow)):
+        truth = sorted(server.truth(), key=lambda r: r["arrival_s"])
+        turn_s = sum(max(r["last_token_s"] for r in truth[i:i + concurrency])
+                     - min(r["arrival_s"] for r in truth[i:i + concurrency])
+                     for i in range(0, len(truth), concurrency))
+        assert sample.output_tok_s == pytest.approx(sample.output_tokens / turn_s, rel=0.03)
+    assert a.output_tok_s / b.output_tok_s == pytest.approx((5 + 31 * 10) / (5 + 31 * 5), rel=0.05)

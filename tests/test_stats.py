@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from core import (
     IMPROVEMENT,
@@ -32,21 +33,39 @@ def test_clear_slowdown_is_a_regression_attributed_to_step_time():
     assert verdict.verdict == REGRESSION
     assert verdict.change_pct == pytest.approx(-10, abs=1)
     assert verdict.ci_high_pct < -2
-    assert verdict.p_value == pytest.approx(2 / 70)  # exact Mann-Whitney, 4 vs 4, fully separated
+    base, head = arms(-0.10, 0.005)
+    ratios = np.log([h.output_tok_s / b.output_tok_s for b, h in zip(base, head)])
+    assert verdict.p_value == pytest.approx(stats.ttest_1samp(ratios, 0.0).pvalue)  # paired, on the log-ratios
+    assert verdict.p_value < 1e-3
     assert verdict.attribution == "step time"
 
 
 def test_a_p_just_under_alpha_is_written_so_it_reads_under_alpha():
-    """8 pairs whose commit launches hold ranks 1-6, 12 and 16 of 16: exact Mann-Whitney p =
-    0.04988, REGRESSION at alpha 0.05. With three decimals the reason said "p = 0.050 < 0.05"
-    (the demo, 2026-12-02); three significant digits keep what the rule compared."""
-    tok_s = [70.0 + 2 * rank for rank in range(16)]  # by rank, slowest first
-    head_ranks = (0, 1, 2, 3, 4, 5, 11, 15)
-    head = [ArmTrial(tok_s[r]) for r in head_ranks]
-    base = [ArmTrial(tok_s[r]) for r in range(16) if r not in head_ranks]
-    verdict = decide(base, head, margin_pct=2.0)
-    assert verdict.verdict == REGRESSION and verdict.p_value == pytest.approx(0.049883, abs=1e-6)
+    """8 pairs whose log-ratios give a paired t-test p of 0.04988: REGRESSION at alpha 0.05
+    (margin 0.5%). With three decimals the reason said "p = 0.050 < 0.05" (the demo,
+    2026-12-02); three significant digits keep what the rule compared."""
+    z = np.array([-1.2, -0.6, -0.3, 0.0, 0.2, 0.5, 0.7, 0.7])
+    z = (z - z.mean()) / z.std(ddof=1)
+    ratios = -stats.t.isf(0.04988 / 2, 7) * 0.02 / math.sqrt(8) + 0.02 * z  # sd 2%, t at p = 0.04988
+    base = [ArmTrial(100.0)] * 8
+    head = [ArmTrial(100.0 * math.exp(r)) for r in ratios]
+    verdict = decide(base, head, margin_pct=0.5)
+    assert verdict.verdict == REGRESSION and verdict.p_value == pytest.approx(0.04988, abs=1e-6)
     assert "p = 0.0499 < 0.05" in verdict.reason, verdict.reason
+
+
+def test_a_drifting_machine_does_not_hide_a_change_the_pairs_show():
+    """Launch levels spread +-10% by a machine whose speed drifts, each pair measured at one
+    level (two engines in turns): the pairs say -15% +- 1%. An unpaired rank test of the two
+    arms' values is not significant here (Mann-Whitney p = 0.11); the paired test is."""
+    levels = [237.0, 253.0, 275.0, 238.0]
+    changes = [-0.167, -0.150, -0.127, -0.176]
+    base = [ArmTrial(v) for v in levels]
+    head = [ArmTrial(v * (1 + c)) for v, c in zip(levels, changes)]
+    unpaired = stats.mannwhitneyu([t.output_tok_s for t in head], levels).pvalue
+    assert unpaired > 0.05
+    verdict = decide(base, head, margin_pct=3.0)
+    assert verdict.verdict == REGRESSION and verdict.p_value < 0.01, verdict
 
 
 def test_acceptance_collapse_is_attributed_to_acceptance_length():
