@@ -81,6 +81,31 @@ async def test_monitor_leaves_a_hog_on_another_cpu_out_of_the_engine_share(engin
     assert window["cpu"]["host_foreign_share"] > 0.1
 
 
+@pytest.mark.alone  # the hog's CPU share in a 2 s window
+async def test_a_hog_on_the_benchmark_clients_cpu_disturbs_the_window_and_is_named(engine_stand_in):
+    engine, cpu = engine_stand_in
+    client = min(os.sched_getaffinity(0) - {cpu})
+    monitor = core.WindowMonitor(core.LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine.pid,
+                                 [cpu], client_cpus=[client])
+    await monitor.open()
+    await monitor.start()
+    hog = subprocess.Popen(["taskset", "--cpu-list", str(client), sys.executable, "-c", HOG])
+    try:
+        await asyncio.sleep(2.0)
+    finally:
+        hog.kill()
+        hog.wait()
+    window = await monitor.stop()
+    assert window["client_cpus"] == [client] and window["cpu"]["client_cpus_foreign_share"] > 0.5, window["cpu"]
+    assert window["cpu"]["engine_cpus_foreign_share"] < 0.1  # the engine's own CPU stayed quiet
+    judged = core.judge_window(window, LIMITS)
+    assert judged.disturbed and any(c.pid == hog.pid for c in judged.culprits), judged.reasons
+    reason = next(r for r in judged.reasons if "benchmark client" in r)
+    assert f"the benchmark client's CPU {client}" in reason and f"pid {hog.pid}" in reason
+    off = core.judge_window(window, core.DisturbanceConfig(client_cpus_foreign_share=None))
+    assert not any("benchmark client" in r for r in off.reasons)
+
+
 class _AnsweringHelper(Spawned):
     """A window monitor helper whose next answer the test gives (``pending``)."""
 
