@@ -184,6 +184,13 @@ def _clock_moved(before: Any, after: Any) -> bool:
     return high > 0 and abs(before - after) / high > CLOCK_TOLERANCE
 
 
+def _idle(flat: Mapping[str, Any], clock_key: str) -> bool:
+    """Whether the device of ``clock_key`` (``gpu.devices.N.<clock>``) was idle when read
+    (clock-event reason ``gpu_idle``; on an H200 the SM clock then reads 345-465 MHz)."""
+    device = clock_key.rsplit(".", 1)[0]
+    return "gpu_idle" in (flat.get(f"{device}.clock_event_reason_names") or ())
+
+
 def _check(snapshot: Any, name: str) -> None:
     if not isinstance(snapshot, Mapping) or not {"gpu", "software", "system"} <= snapshot.keys():
         raise SnapshotError(f"{name} is not an env snapshot (a mapping with gpu, software and system sections)")
@@ -216,8 +223,8 @@ def diff_snapshots(a: Mapping, b: Mapping) -> list[Change]:
     for position, key in enumerate(keys):
         before, after = flat_a.get(key, None), flat_b.get(key, None)
         if _CURRENT_CLOCK.match(key):
-            if not _clock_moved(before, after):
-                continue
+            if not _clock_moved(before, after) or (_idle(flat_a, key) and _idle(flat_b, key)):
+                continue  # idle both times: its current clock says nothing about its speed under load
         elif before == after:
             continue
         category = _categorize(key)

@@ -592,7 +592,7 @@ def _median(values):
 
 def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_wait_ns=None,
                    nvml_error=None, describe=_process_info, ticks_per_s=CLOCK_TICKS, top=5, peer_pgids=(),
-                   client_cpus=None):
+                   client_cpus=None, group_of=_pid_group):
     """The window document from readings of :func:`reading` (``first`` and ``last`` with
     counters, ``samples`` between them, in time order).
 
@@ -681,7 +681,7 @@ def window_summary(first, samples, last, pgid, own_pids, engine_cpus, runqueue_w
     }
     return {"window_s": round(window_s, 3), "host_cpus": len(cpus), "engine_cpus": engine_cpus,
             "client_cpus": watched_client or None, "cpu": cpu, "foreign_processes": processes, "memory": memory,
-            "gpu": gpu_window(chain, pgid, nvml_error, describe, peer_pgids=peer_pgids)}
+            "gpu": gpu_window(chain, pgid, nvml_error, describe, group_of, peer_pgids=peer_pgids)}
 
 
 def gpu_window(chain, pgid, nvml_error=None, describe=_process_info, group_of=_pid_group, peer_pgids=()):
@@ -753,11 +753,18 @@ def monitor(spec, stdin=None, emit=None):
     first = reading(nvml, True)
     emit({"started": True})
     seen = {}  # pid -> who, described when first seen, so a process that exits is still named
+    gpu_groups = {}  # GPU process pid -> its process group when first seen (ours, or not, even once gone)
 
     def remember(doc):
         for pid, group, _, _ in doc["threads"].values():
             if group != pgid and group not in peers and pid not in seen:
                 seen[pid] = _process_info(pid)
+        for dev in doc.get("gpu") or []:
+            for pid in dev.get("pids") or []:
+                if pid not in gpu_groups:
+                    gpu_groups[pid] = _pid_group(pid)
+                    if gpu_groups[pid] != pgid and gpu_groups[pid] not in peers and pid not in seen:
+                        seen[pid] = _process_info(pid)
 
     remember(first)
     samples, interval = [], float(spec.get("interval_s", 0.5))
@@ -772,7 +779,8 @@ def monitor(spec, stdin=None, emit=None):
     wait1 = runqueue_wait()
     wait = wait1 - wait0 if wait0 is not None and wait1 is not None else None
     doc = window_summary(first, samples, last, pgid, own, engine_cpus, wait, nvml.error, seen.get,
-                         peer_pgids=peers, client_cpus=spec.get("client_cpus"))
+                         peer_pgids=peers, client_cpus=spec.get("client_cpus"),
+                         group_of=lambda pid: gpu_groups.get(pid) or _pid_group(pid))
     if spec.get("raw"):  # for recording fixtures: the readings without the per-thread tables
         doc["readings"] = [{k: v for k, v in r.items() if k != "threads"} for r in [first] + samples + [last]]
     emit({"window": doc})

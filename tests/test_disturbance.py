@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -384,3 +385,58 @@ def test_env_watch_runs_the_monitor_alone_and_judges_it(tmp_path):
     assert any(p["pid"] == hog.pid for p in saved["window"]["foreign_processes"])
     assert saved["disturbed"]["disturbed"] and "DISTURBED" in done.stdout
     assert "busiest other processes" in done.stdout
+
+
+def test_gpu_processes_keep_the_identity_they_had_when_first_seen(monkeypatch):
+    """An engine process of our own group and a foreign process each hold the GPU (stub NVML
+    readings) and exit inside the window: ours is never foreign, the foreign one is named by
+    what it was when first seen (user and command), not as an unknown pid."""
+    import threading
+    import time
+
+    from core import _host_agent
+
+    # the engine's group leader and a worker of its group, which holds the GPU
+    engine = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], start_new_session=True, stdout=subprocess.PIPE,
+                              text=True)
+    ours = int(engine.stdout.readline())
+    foreign = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    holders = [ours, foreign.pid]
+
+    class StubNvml:
+        error, handles = None, [object()]
+
+        def __init__(self, pynvml_dir=None):
+            pass
+
+        def counters(self):
+            return [{"violation_ns": {}, "clock_event_ns": {}, "unsupported": {}}]
+
+        def sample(self):
+            return [{"sm_clock_mhz": 1980, "pids": list(holders)}]
+
+    monkeypatch.setattr(_host_agent, "Nvml", StubNvml)
+    read_fd, write_fd = os.pipe()
+    emitted: list[dict] = []
+    stdin = os.fdopen(read_fd)
+    spec = {"pgid": engine.pid, "own_pids": [], "interval_s": 0.1, "cpus": None}
+    runner = threading.Thread(target=_host_agent.monitor, args=(spec, stdin, emitted.append))
+    runner.start()
+    try:
+        os.write(write_fd, b"start\n")
+        time.sleep(0.5)
+        os.kill(ours, signal.SIGKILL)  # both exit inside the window, before its last reading
+        foreign.kill()
+        foreign.wait()
+        holders.clear()
+        time.sleep(0.3)
+        os.write(write_fd, b"stop\n")
+        runner.join(10)
+    finally:
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.wait()
+        os.close(write_fd)
+    window = emitted[-1]["window"]
+    named = window["gpu"]["devices"][0]["foreign_processes"]
+    assert [p["pid"] for p in named] == [foreign.pid], named
+    assert named[0]["command"] and "sleep" in named[0]["command"] and named[0]["user"], named

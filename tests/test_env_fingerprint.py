@@ -99,6 +99,15 @@ def test_engine_libraries_in_their_listed_order():
     assert [c.what for c in diff_snapshots(a, b)][:4] == ["flashinfer", "triton", "engine commit", "git dirty"]
 
 
+def test_an_idle_gpus_clock_read_at_two_moments_is_no_difference():
+    a = reading("idle")  # SM 345 MHz, reason gpu_idle
+    b = copy.deepcopy(a)
+    b["gpu"]["devices"][0]["sm_clock_mhz"] = 465  # idle too, read a moment later (seen on the H200)
+    assert diff_snapshots(a, b) == []
+    b["gpu"]["devices"][0]["clock_event_reason_names"] = ["sw_power_cap"]  # the second read under load
+    assert "GPU0 sm_clock_mhz 345 -> 465" in [c.line for c in diff_snapshots(a, b)]
+
+
 def test_current_clocks_within_ten_percent_are_noise():
     a = reading("load")
     b = copy.deepcopy(a)
