@@ -239,11 +239,15 @@ def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
     from bot._app import CompareObservers
 
     config = default_config(testenv)
+    # scripts/test runs the rest of the suite on the client's CPU by design (the engine's CPU is
+    # kept quiet): load there is not judged, or every launch would read disturbed
+    disturbance = config.compare.disturbance.model_copy(update={"client_cpus_foreign_share": None})
     request = core.CompareRequest(
         engine_name="tiny-vllm", engine=config.engine("tiny-vllm").model_copy(
             update={"port": port or free_port(), **({} if pinned else {"cpus": None})}),
         workload_name="default", workload=config.workload("default"), head_ref=head, base_ref=None, modes=modes,
-        settings=config.compare.model_copy(update={"cooldown_s": 1, **settings}), host=local_host(workdir / "work"),
+        settings=config.compare.model_copy(update={"cooldown_s": 1, "disturbance": disturbance, **settings}),
+        host=local_host(workdir / "work"),
     )
 
     async def run():
