@@ -106,7 +106,8 @@ class ConsoleProgress(core.CompareObserver):
 
     def __init__(self, console: Console, settings: core.CompareConfig | None = None) -> None:
         self.console, self.settings = console, settings
-        self.launches, self.first_launch = 0, None
+        self.launches = 0
+        self.first_launch: float | None = None  # time.monotonic() of the first launch
 
     def progress(self, message: str) -> None:
         self.console.print(Text(message, style="dim"))

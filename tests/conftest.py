@@ -297,8 +297,13 @@ def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     hog = Hog(config.engine("tiny-vllm").cpus[0], HOGGED, port)
     # sequential pairing, as on a GPU host with one large model: one engine at a time, ABBA
     # (the embedded default's concurrent pairing has its own test, tests/test_compare_vllm.py)
+    # Steal time is not judged here: this VM's hypervisor took 10-14% of CPU 1 in 2 of 20 launches
+    # on 2026-12-03, which re-measured their pairs and moved the launch counts these tests assert
+    # (the hog is their subject; steal's judgement has tests of its own in tests/test_disturbance.py).
+    disturbance = default_config(testenv).compare.disturbance.model_copy(
+        update={"client_cpus_foreign_share": None, "steal_share": 1.0})
     result, stored = vllm_compare(testenv, tmp_path_factory.mktemp("slow-spec"), "slow-spec", ["baseline", "eagle3"],
-                                  hog, port, margin_pct=5.0, max_trials=4, pairing="sequential")
+                                  hog, port, margin_pct=5.0, max_trials=4, pairing="sequential", disturbance=disturbance)
     return SessionCompare(result, stored, hog)
 
 

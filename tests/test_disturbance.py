@@ -440,3 +440,12 @@ def test_gpu_processes_keep_the_identity_they_had_when_first_seen(monkeypatch):
     named = window["gpu"]["devices"][0]["foreign_processes"]
     assert [p["pid"] for p in named] == [foreign.pid], named
     assert named[0]["command"] and "sleep" in named[0]["command"] and named[0]["user"], named
+
+
+def test_steal_time_on_the_engines_cpus_disturbs_above_its_limit():
+    window = recorded("idle")
+    window["cpu"]["engine_cpus_steal_share"] = 0.12  # as the hypervisor took from CPU 1 on 2026-12-03
+    judged = core.judge_window(window, LIMITS)
+    assert judged.disturbed and any("steal time" in r and "12%" in r for r in judged.reasons), judged.reasons
+    window["cpu"]["engine_cpus_steal_share"] = 0.03
+    assert not any("steal" in r for r in core.judge_window(window, LIMITS).reasons)
