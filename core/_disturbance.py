@@ -112,14 +112,15 @@ def judge_window(window: dict | None, limits: DisturbanceConfig, power_cap_media
     client_share = cpu.get("client_cpus_foreign_share")
     if limits.client_cpus_foreign_share is not None and client_share is not None \
             and client_share > limits.client_cpus_foreign_share:
-        span_client = [p for p in window.get("foreign_processes", [])
-                       if (p.get("cpu_s") or 0) - (p.get("engine_cpus_cpu_s") or 0) > 0]
-        named = sorted(span_client, key=lambda p: -(p["cpu_s"] - (p.get("engine_cpus_cpu_s") or 0)))[:3]
+        def off_engine_s(proc: dict) -> float:  # CPU time off the engine's CPUs (the client's, here)
+            return (proc.get("cpu_s") or 0.0) - (proc.get("engine_cpus_cpu_s") or 0.0)
+
+        named = sorted((p for p in window.get("foreign_processes", []) if off_engine_s(p) > 0),
+                       key=off_engine_s, reverse=True)[:3]
         for proc in named:
-            rate = (proc["cpu_s"] - (proc.get("engine_cpus_cpu_s") or 0)) / span
-            out.culprits.append(Culprit("cpu", proc["pid"], proc.get("user"), proc.get("command"), round(rate, 2)))
-        who = "; ".join(f"{_who(p)}: {(p['cpu_s'] - (p.get('engine_cpus_cpu_s') or 0)) / span:.2f} CPU-s/s"
-                        for p in named)
+            out.culprits.append(Culprit("cpu", proc["pid"], proc.get("user"), proc.get("command"),
+                                        round(off_engine_s(proc) / span, 2)))
+        who = "; ".join(f"{_who(p)}: {off_engine_s(p) / span:.2f} CPU-s/s" for p in named)
         out.reasons.append(f"foreign processes took {client_share:.0%} of the benchmark client's "
                            f"{_cpus(window.get('client_cpus') or [])} ({who or 'not attributed to a pid'})")
     host_share = cpu.get("host_foreign_share") or 0.0

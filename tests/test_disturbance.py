@@ -43,8 +43,10 @@ def engine_stand_in():
     proc.wait()
 
 
-async def _window_with_hog(engine_pid: int, hog_cpu: int) -> tuple[dict, int]:
-    monitor = core.WindowMonitor(core.LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine_pid)
+async def _window_with_hog(engine_pid: int, hog_cpu: int, **monitor_args) -> tuple[dict, int]:
+    """A 2 s window of a monitor (``monitor_args``: WindowMonitor's options) with a busy loop on ``hog_cpu``."""
+    monitor = core.WindowMonitor(core.LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine_pid,
+                                 **monitor_args)
     await monitor.open()
     await monitor.start()
     hog = subprocess.Popen(["taskset", "--cpu-list", str(hog_cpu), sys.executable, "-c", HOG])
@@ -86,23 +88,13 @@ async def test_monitor_leaves_a_hog_on_another_cpu_out_of_the_engine_share(engin
 async def test_a_hog_on_the_benchmark_clients_cpu_disturbs_the_window_and_is_named(engine_stand_in):
     engine, cpu = engine_stand_in
     client = min(os.sched_getaffinity(0) - {cpu})
-    monitor = core.WindowMonitor(core.LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine.pid,
-                                 [cpu], client_cpus=[client])
-    await monitor.open()
-    await monitor.start()
-    hog = subprocess.Popen(["taskset", "--cpu-list", str(client), sys.executable, "-c", HOG])
-    try:
-        await asyncio.sleep(2.0)
-    finally:
-        hog.kill()
-        hog.wait()
-    window = await monitor.stop()
+    window, hog_pid = await _window_with_hog(engine.pid, client, cpus=[cpu], client_cpus=[client])
     assert window["client_cpus"] == [client] and window["cpu"]["client_cpus_foreign_share"] > 0.5, window["cpu"]
     assert window["cpu"]["engine_cpus_foreign_share"] < 0.1  # the engine's own CPU stayed quiet
     judged = core.judge_window(window, LIMITS)
-    assert judged.disturbed and any(c.pid == hog.pid for c in judged.culprits), judged.reasons
+    assert judged.disturbed and any(c.pid == hog_pid for c in judged.culprits), judged.reasons
     reason = next(r for r in judged.reasons if "benchmark client" in r)
-    assert f"the benchmark client's CPU {client}" in reason and f"pid {hog.pid}" in reason
+    assert f"the benchmark client's CPU {client}" in reason and f"pid {hog_pid}" in reason
     off = core.judge_window(window, core.DisturbanceConfig(client_cpus_foreign_share=None))
     assert not any("benchmark client" in r for r in off.reasons)
 
