@@ -15,7 +15,10 @@ Method (per mode):
   arms' values would not see (a Mann-Whitney U over them, used before 2026-12-03, could not
   call a -15% change with launches spread +-10% around a drifting level). One wild pair
   cannot carry the verdict: it widens the sd as much as it moves the mean (with 4 pairs
-  such a pair alone gives t of about 1).
+  such a pair alone gives t of about 1). A change verdict needs at least
+  ``CHANGE_MIN_PAIRS`` (4) pairs, whatever ``min_pairs`` is: the sd of two or three
+  log-ratios is no estimate of the launch-to-launch spread (two pairs that agree by chance give
+  t = 20 and p = 0.03), and the rank test used before could not reach p < 0.05 below 4 either.
 * Verdict with margin ``m`` (2% by default): REGRESSION or IMPROVEMENT when the whole
   interval lies beyond ``-m`` or ``+m`` and p < alpha; NO CHANGE when the whole interval lies
   inside ``+-m``; otherwise INCONCLUSIVE, with the number of further launches per arm that
@@ -50,6 +53,7 @@ class VerdictKind(enum.StrEnum):
 
 REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = (VerdictKind.REGRESSION, VerdictKind.IMPROVEMENT,
                                                     VerdictKind.NO_CHANGE, VerdictKind.INCONCLUSIVE)
+CHANGE_MIN_PAIRS = 4  # the fewest pairs that can give REGRESSION or IMPROVEMENT (module docstring)
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,10 @@ def decide(
     p = paired_p(r)
     interval = dict(ci_low_pct=_pct(low), ci_high_pct=_pct(high), p_value=p)
     verdict = _classify(low, high, p, margin, alpha)
+    if verdict in (REGRESSION, IMPROVEMENT) and n < CHANGE_MIN_PAIRS:
+        return Verdict(INCONCLUSIVE, more_trials=CHANGE_MIN_PAIRS - n + (CHANGE_MIN_PAIRS - n) % 2, attribution=None,
+                       reason=f"the interval lies beyond the margin, but {n} pairs cannot call a change: "
+                              f"a {verdict} needs at least {CHANGE_MIN_PAIRS}", **interval, **common)
     if verdict in (REGRESSION, IMPROVEMENT):
         attribution = _attribution(acceptance_change, step_change)
         because = f"; {attribution} moved" if attribution else ""
@@ -188,7 +196,7 @@ def paired_p(r: np.ndarray) -> float:
 
 
 def _classify(low: float, high: float, p: float, margin: float, alpha: float) -> str:
-    """The three-way rule on a log-ratio interval (low, high), a rank-test p and a log margin."""
+    """The three-way rule on a log-ratio interval (low, high), a paired t-test p and a log margin."""
     if (high < -margin or low > margin) and p < alpha:
         return REGRESSION if high < -margin else IMPROVEMENT
     if -margin <= low and high <= margin:

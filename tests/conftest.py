@@ -296,7 +296,7 @@ def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     port = free_port()
     hog = Hog(config.engine("tiny-vllm").cpus[0], HOGGED, port)
     # sequential pairing, as on a GPU host with one large model: one engine at a time, ABBA
-    # (the embedded default's concurrent pairing has its own test, tests/test_compare_vllm.py)
+    # (the embedded default's concurrent pairing runs in tests/test_bot_vllm_ssh.py)
     # Steal time is not judged here: this VM's hypervisor took 10-14% of CPU 1 in 2 of 20 launches
     # on 2026-12-03, which re-measured their pairs and moved the launch counts these tests assert
     # (the hog is their subject; steal's judgement has tests of its own in tests/test_disturbance.py).

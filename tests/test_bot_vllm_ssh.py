@@ -4,7 +4,11 @@ run by the host's worker on the vLLM CPU test engine through the OpenSSH server 
 (worktrees, probe and every launch on the "remote" host, the client through the SSH tunnel),
 and a threaded verdict whose numbers are the stored run's, with the chart uploaded.
 
-Slow: eight launches of vLLM (about 5 minutes), 8 requests each. This is also the SSH issue's real compare
+Slow: eight launches of vLLM (about 5 minutes), 8 requests each, in the embedded default's
+concurrent pairing (both arms' engines at once on CPU 1, measured in turns: four paired
+launches); the fake engine's test of that pairing is in tests/test_compare.py, and the A/A
+that shows what it does to launch-to-launch noise on this engine is a benchmark
+(bench/launch_noise.py, bench/NOISE_RESULTS.md), not a test. This is also the SSH issue's real compare
 end to end: the draft that is never accepted must show as a regression of acceptance length;
 and the suite's quiet compare: no launch judged disturbed.
 """
@@ -62,6 +66,9 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     assert all(t.acceptance_length == pytest.approx(1.0) for t in by_role["head"])
     # everything ran on the host: logs there; the client counted what the engine generated
     assert all(t.log_path.startswith(str(tmp_path / "remote/logs/")) for t in stored.trials)
+    assert stored.run.settings["compare"]["pairing"] == "concurrent"
+    ports = {stored.arms[t.arm_id].role: t.argv[t.argv.index("--port") + 1] for t in stored.trials}
+    assert ports == {"base": str(unused_tcp_port), "head": str(unused_tcp_port + 1)}
     workload = config.workload("default")
     assert all(t.output_tokens == workload.requests * workload.output_len == 8 * 128 for t in stored.trials)
     assert stored.run.settings["client"] == "here, through an SSH tunnel"

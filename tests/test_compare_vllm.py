@@ -61,20 +61,3 @@ def test_commit_that_fails_to_start_is_a_failed_run(testenv, tmp_path):
     # way the reason and the log tail say why
     assert "breaks engine start-up" in (result.log_tail or "") + result.reason
     assert stored.verdicts == []
-
-
-@pytest.mark.launch
-def test_concurrent_pairing_of_the_embedded_default_gives_an_aa_no_change(testenv, tmp_path):
-    """The embedded default's pairing (both arms' engines at once on CPU 1, measured in turns):
-    ``noop`` (a comment) against its parent, baseline, 4 paired launches at a 5% margin, is NO
-    CHANGE. One engine at a time, this A/A could not get there in 4 pairs on a 2-vCPU VM (sd of
-    pair changes 10.5%, 2026-12-03); in turns it read 2.1% (bench/NOISE_RESULTS.md)."""
-    result, stored = vllm_compare(testenv, tmp_path, "noop", ["baseline"], margin_pct=5.0, max_trials=4)
-    assert result.status == "done", result.reason
-    verdict = result.verdicts["baseline"]
-    assert verdict.verdict == core.NO_CHANGE, verdict
-    arms = core.figures(result)["baseline"]
-    assert core.pair_spread_pct(arms["base"], arms["head"]) < 5.0
-    ports = {(stored.arms[t.arm_id].role, t.argv[t.argv.index("--port") + 1]) for t in stored.trials}
-    assert len(ports) == 2 and len({port for _, port in ports}) == 2  # two engines at once, on two ports
-    assert no_engine_left(stored)

@@ -119,8 +119,8 @@ async def test_the_change_point_lands_on_the_planted_commit(history):
         assert -13.0 < result.change_points[0].shift.change_pct < -5.0  # ITL x 1.1 is -9.1% tok/s
         assert result.last_good_index == 4
         assert result.drift is None
-        # the run that compared h5 with h4 alone could not say (2 launches per arm: the rank
-        # test cannot reach p < 0.05); the history around it can
+        # the run that compared h5 with h4 alone could not say (2 launches per arm: a change
+        # verdict needs 4 pairs); the history around it can
         assert [v["verdict"] for v in s.points[5].verdicts] == ["INCONCLUSIVE"]
 
 

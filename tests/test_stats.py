@@ -68,6 +68,23 @@ def test_a_drifting_machine_does_not_hide_a_change_the_pairs_show():
     assert verdict.verdict == REGRESSION and verdict.p_value < 0.01, verdict
 
 
+def test_two_pairs_that_agree_by_chance_do_not_call_a_change():
+    """Two pairs at -3.2% and -3.4% with min_pairs 2 (a watch's 2 launches per arm): the paired
+    t-test alone gives p = 0.03, from a spread estimated out of two values. The history test's
+    A/A (fake engine, CI 2026-12-03) read exactly that as a REGRESSION. A change needs 4 pairs;
+    NO CHANGE from 2 stays possible."""
+    base = [ArmTrial(100.0), ArmTrial(100.0)]
+    head = [ArmTrial(96.8), ArmTrial(96.6)]
+    verdict = decide(base, head, margin_pct=2.0, min_pairs=2)
+    assert verdict.p_value < 0.05 and verdict.ci_high_pct < -2.0
+    assert verdict.verdict == INCONCLUSIVE and verdict.more_trials == 2, verdict
+    assert "2 pairs cannot call a change: a REGRESSION needs at least 4" in verdict.reason
+    same = decide(base, [ArmTrial(100.1), ArmTrial(99.95)], margin_pct=2.0, min_pairs=2)
+    assert same.verdict == NO_CHANGE, same
+    four = decide(base * 2, head * 2, margin_pct=2.0, min_pairs=2)
+    assert four.verdict == REGRESSION, four
+
+
 def test_acceptance_collapse_is_attributed_to_acceptance_length():
     # acceptance 4 -> 1 while the verify step got 5% cheaper (2.0 -> 1.9 ms): tok/s falls ~74%
     base = [ArmTrial(2000 * f, 4.0, 0.5) for f in (1.0, 1.004, 0.997, 1.002)]
