@@ -4,8 +4,6 @@ recording the bisect run and each step's compare run, printing progress as it go
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
@@ -15,7 +13,7 @@ import storage
 from bot import _app as app
 from bot._cmd_compare import ConsoleProgress, cli_session, cli_settings, experiment_args
 from bot._cmd_triage import engine_and_rules
-from bot._common import database, open_host
+from bot._common import check_output_path, database, json_arg, open_host, write_json
 from bot._report_view import print_bisect
 from bot._settings import load_config
 
@@ -28,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--mode", help="the mode to bisect (default: baseline, else the engine's first mode)")
     experiment_args(b, "per arm, per compare,", " (INCONCLUSIVE retries double it)")
     b.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
-    b.add_argument("--json", help="also write the bisect report as JSON here")
+    json_arg(b, "the bisect report")
     b.set_defaults(run=run_bisect)
 
 
@@ -57,8 +55,7 @@ async def run_bisect(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf bisect``: 0 when it names a culprit or finds nothing to bisect, 3 when
     good or bad cannot be measured (bad refs raise git errors before anything runs: before the
     database is opened and the host lock taken)."""
-    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
-        raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
+    check_output_path("json", args.json)
     config = load_config(args.config)
     engine_and_rules(config, args.engine)  # the engine must have a repo
     choice = app.choose(config, args.engine, args.workload, args.host)
@@ -77,6 +74,5 @@ async def run_bisect(args: argparse.Namespace, console: Console) -> int:
         step["compare_run_id"] = store.compare_runs.get(step["number"])
     print_bisect(console, report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-        console.print(f"report: {args.json}", markup=False)
+        write_json(args.json, report, console)
     return 3 if result.status == "failed" else 0

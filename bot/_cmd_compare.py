@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from pathlib import Path
 
@@ -20,11 +19,14 @@ import storage
 from bot import _app as app
 from bot._app import trial_line
 from bot._common import (
+    check_output_path,
     data_dir,
     database,
     host_args,
+    json_arg,
     open_host,
     pin_client,
+    write_json,
 )
 from bot._report_view import print_bisect, print_report
 from bot._runs import calibration_plans, stored_report
@@ -87,14 +89,12 @@ def _run_id(text: str) -> int:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Fail before any work if a requested output file cannot be written."""
     for option in ("json", "chart"):
-        path = getattr(args, option)
-        if path and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
-            raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
+        check_output_path(option, getattr(args, option))
 
 
 def _output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
-    parser.add_argument("--json", help="also write the report as JSON here")
+    json_arg(parser, "the report")
     parser.add_argument("--chart", help="where to write the PNG chart (default: the data directory)")
 
 
@@ -162,8 +162,7 @@ def _emit(console: Console, args: argparse.Namespace, run_id: int, report: dict,
     core.render_chart(trials, chart, title, report.get("launches"))
     console.print(f"chart: {chart}", markup=False)
     if args.json:
-        Path(args.json).write_text(json.dumps({"run_id": run_id, **report}, indent=2))
-        console.print(f"report: {args.json}", markup=False)
+        write_json(args.json, {"run_id": run_id, **report}, console)
 
 
 async def run_compare(args: argparse.Namespace, console: Console) -> int:
@@ -286,9 +285,10 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
     _check_outputs(args)
     config = load_config(args.config)
-    stored = storage.load_run(database(config, args.db), args.run_id)
+    db = database(config, args.db)
+    stored = storage.load_run(db, args.run_id)
     if stored is None:
-        raise core.ConfigError(f"no run {args.run_id} in the database; `specperf history` lists the runs")
+        raise storage.NoSuchRunError(args.run_id, db)
     _print_stored(console, args, stored)
     return 0
 

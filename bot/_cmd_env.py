@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, open_host, pick
+from bot._common import check_output_path, data_dir, database, json_arg, open_host, pick, write_json
 from bot._settings import load_config
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
@@ -37,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--under-load", action="store_true",
                    help="the GPUs are busy now: judge P-states and PCIe links (they drop when idle)")
     e.add_argument("--cheap", action="store_true", help="the per-trial probe: live readings only, no software scan")
-    e.add_argument("--json", help="where to write the snapshot and checks (default: the data directory)")
+    json_arg(e, "the snapshot and checks (--watch: the window and its judgement)",
+             " (default: a file in the data directory's env/)")
     e.add_argument("--watch", type=_seconds, metavar="SECONDS",
                    help="run the per-trial window monitor alone for SECONDS: what on the host (CPU time of other "
                         "processes on the engine's CPUs, GPU throttling and processes, swap) would disturb a measurement")
@@ -230,9 +230,10 @@ def _snapshot_of(given: str, args: argparse.Namespace) -> dict:
     if not given.isdigit():
         raise core.SnapshotError(f"{given} is neither a snapshot file nor a run id (`specperf history` lists runs)")
     config = load_config(args.config)
-    stored = storage.load_run(database(config), int(given))
+    db = database(config)
+    stored = storage.load_run(db, int(given))
     if stored is None:
-        raise core.SnapshotError(f"no run {given} in the database; `specperf history` lists the runs")
+        raise storage.NoSuchRunError(given, db)
     for phase in ("arm-head", "arm-base"):
         for snap in stored.snapshots:
             if snap.phase == phase:
@@ -246,6 +247,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         a, b = (_snapshot_of(given, args) for given in args.diff)
         print_diff(console, core.diff_snapshots(a, b), args.diff[0], args.diff[1])
         return 0
+    check_output_path("json", args.json)
     config = load_config(args.config)
     label, python, env, repo, host = _target(args, config)
     if args.watch:
@@ -261,13 +263,10 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     for holder in holders:
         console.print(f"GPU holder ({holder.kind}, seen through {holder.source}): {holder.line}", markup=False,
                       highlight=False)
-    out = Path(args.json) if args.json else data_dir() / "env" / (
-        f"env-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"snapshot": snapshot, "checks": [c.to_dict() for c in checks],
-                               "gpu_holders": [dataclasses.asdict(h) for h in holders],
-                               "under_load": args.under_load}, indent=2))
-    console.print(f"snapshot written to {out}")
+    out = args.json or data_dir() / "env" / f"env-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"
+    write_json(out, {"snapshot": snapshot, "checks": [c.to_dict() for c in checks],
+                     "gpu_holders": [dataclasses.asdict(h) for h in holders], "under_load": args.under_load},
+               console, "snapshot written to")
     return 0
 
 
@@ -291,11 +290,8 @@ async def _watch(args: argparse.Namespace, config: core.Config, console: Console
                       + Text("; ".join(judged.reasons)))
     else:
         console.print(Text("quiet: a trial measured now would not be judged disturbed", style="green"))
-    out = Path(args.json) if args.json else data_dir() / "env" / (
-        f"watch-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"window": window, "disturbed": judged.to_dict()}, indent=2))
-    console.print(f"window written to {out}", markup=False)
+    out = args.json or data_dir() / "env" / f"watch-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"
+    write_json(out, {"window": window, "disturbed": judged.to_dict()}, console, "window written to")
     return 0
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.progress import (
@@ -20,12 +18,15 @@ from rich.table import Table
 import core
 from bot import _app as app
 from bot._common import (
+    check_output_path,
     data_dir,
     fmt,
     host_args,
+    json_arg,
     open_host,
     owner,
     pin_client,
+    write_json,
 )
 from bot._settings import load_config
 
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--engine", help="engine name from the config (default: the only one)")
     m.add_argument("--mode", default="baseline", help="mode name from the engine's modes (default: baseline)")
     m.add_argument("--workload", help="workload name from the config (default: 'default', or the only one)")
-    m.add_argument("--json", help="where to write the JSON result (default: the data directory)")
+    json_arg(m, "the result", " (default: a file in the data directory)")
     host_args(m)
     m.set_defaults(run=run)
 
@@ -75,8 +76,7 @@ def print_trial(console: Console, trial: core.TrialResult,
 
 async def run(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf measure``; returns the exit status (errors propagate as exceptions)."""
-    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
-        raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
+    check_output_path("json", args.json)
     config = load_config(args.config)
     choice = app.choose(config, args.engine, args.workload, args.host)
     engine_name, engine, workload_name, workload = choice.engine_name, choice.engine, choice.workload_name, choice.workload
@@ -101,9 +101,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                 on_request_done=lambda r: progress.advance(task),
             )
     print_trial(console, trial, config.compare.disturbance)
-    out = Path(args.json) if args.json else home / "results" / (
+    out = args.json or home / "results" / (
         f"measure-{engine_name}-{args.mode}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(trial.to_dict(), indent=2))
-    console.print(f"results written to {out}")
+    write_json(out, trial.to_dict(), console, "results written to")
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import re
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import data_dir, database, fmt, open_host
+from bot._common import check_output_path, data_dir, database, fmt, json_arg, open_host, write_json
 from bot._settings import load_config
 
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
@@ -45,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--since", type=parse_since, default="7d", help="the period: 7d (default), 36h, 2w or an ISO date")
     r.add_argument("--engine", help="only this engine")
     r.add_argument("--chart", help="where to write the PNG trend chart (default: the data directory)")
-    r.add_argument("--json", help="also write the summary as JSON here")
+    json_arg(r, "the summary")
     r.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     r.set_defaults(run=run_report)
 
@@ -149,9 +148,7 @@ def print_summary(console: Console, summary: core.RegressionSummary) -> None:
 async def run_report(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf report``: 0 whatever it finds."""
     for option in ("json", "chart"):
-        path = getattr(args, option)
-        if path and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
-            raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
+        check_output_path(option, getattr(args, option))
     config = load_config(args.config)
     db = database(config, args.db)
     notes: list[str] = []
@@ -171,7 +168,5 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
         if not summary.quiet:
             console.print(f"chart: {chart}", markup=False)
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
-        if not summary.quiet:
-            console.print(f"summary: {args.json}", markup=False)
+        write_json(args.json, summary.to_dict(), console, None if summary.quiet else "summary:")
     return 0

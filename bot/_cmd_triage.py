@@ -4,8 +4,6 @@ no GPU time (core._triage)."""
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,7 +11,7 @@ from rich.table import Table
 
 import core
 from bot import _app as app
-from bot._common import open_host, pick
+from bot._common import check_output_path, json_arg, open_host, pick, write_json
 from bot._settings import load_config
 
 
@@ -24,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("bad", help="the first known bad commit; GOOD must be an ancestor on its first-parent line")
     t.add_argument("--engine", help="engine name from the config (default: the only one)")
     t.add_argument("--modes", help="comma-separated modes whose arguments decide the gates (default: all the engine's)")
-    t.add_argument("--json", help="also write the ranked list as JSON here")
+    json_arg(t, "the ranked list")
     t.add_argument("--host", help="host whose copy of the engine's repo to read (default: the engine's host)")
     t.set_defaults(run=run_triage)
 
@@ -57,8 +55,7 @@ def print_triage(console: Console, report: core.TriageReport, title: str) -> Non
 
 async def run_triage(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf triage``: 0 with the ranked table (errors raise; bad refs are git errors)."""
-    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
-        raise core.ConfigError(f"--json {args.json}: not a file in an existing folder")
+    check_output_path("json", args.json)
     config = load_config(args.config)
     name, engine, rules = engine_and_rules(config, args.engine)
     modes = app.resolve_modes(config, name, args.modes.split(",")) if args.modes else None
@@ -67,7 +64,6 @@ async def run_triage(args: argparse.Namespace, console: Console) -> int:
     print_triage(console, report, f"{name}: {len(report.commits)} commits after {report.good_sha[:12]} "
                                   f"up to {report.bad_sha[:12]}, most suspicious first")
     if args.json:
-        Path(args.json).write_text(json.dumps({"good": report.good_sha, "bad": report.bad_sha,
-                                               "entries": [e.to_dict() for e in report.entries]}, indent=2))
-        console.print(f"report: {args.json}", markup=False)
+        write_json(args.json, {"good": report.good_sha, "bad": report.bad_sha,
+                               "entries": [e.to_dict() for e in report.entries]}, console)
     return 0

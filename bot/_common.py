@@ -5,7 +5,9 @@ config, opening hosts and the database, and number formatting (the configuration
 from __future__ import annotations
 
 import functools
+import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,6 +67,48 @@ def open_host(config: core.Config, name: str) -> core.Host:
     if name not in config.hosts:
         raise core.ConfigError(f"no host named {name!r} in the config (known hosts: {', '.join(sorted(config.hosts))})")
     return core.open_host(name, config.hosts[name], data_dir() / "work", config.source)
+
+
+STDOUT = "-"  # ``--json -``: the JSON document on standard output
+
+
+def json_arg(parser, what: str, default: str = "") -> None:
+    """``--json [PATH]``: where to write ``what`` as JSON (``default``: what happens without the
+    option). ``-``, or the option without a PATH, writes only the JSON to standard output; the
+    command's tables and notes then go to standard error (:func:`bot.cli.main` picks the
+    console's stream by :func:`json_to_stdout`)."""
+    parser.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
+                        help=f"write {what} as JSON to PATH{default}; '-' (or --json alone) writes only the JSON "
+                             "to standard output, and the tables go to standard error")
+
+
+def json_to_stdout(args) -> bool:
+    """Whether ``args`` (a parsed command line) asks for the JSON on standard output."""
+    return getattr(args, "json", None) == STDOUT
+
+
+def check_output_path(option: str, path: str | None) -> None:
+    """Fail before any work if ``--option path`` cannot be written (``-``, standard output, can).
+
+    Raises:
+        core.ConfigError: ``path`` is a folder, or its folder does not exist.
+    """
+    if path and path != STDOUT and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
+        raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
+
+
+def write_json(path: str | Path, document: dict, console, label: str | None = "report:") -> None:
+    """Write ``document`` as indented JSON to ``path`` and say so on ``console`` as
+    ``LABEL PATH`` (``None``: say nothing); ``-`` writes it to standard output and says nothing."""
+    text = json.dumps(document, indent=2)
+    if str(path) == STDOUT:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+    if label is not None:
+        console.print(f"{label} {path}", markup=False, highlight=False)
 
 
 def host_args(parser) -> None:

@@ -1,8 +1,8 @@
 """The ``specperf`` terminal command: parses arguments, runs one subcommand, maps errors to
 exit statuses. Each subcommand lives in its own ``bot/_cmd_*.py`` module.
 
-Exit status: 0 success, 2 usage, config or database error, 3 engine error, 4 invalid measurement,
-5 host error (unreachable, refused, busy; also Slack unreachable or failing at bot start-up),
+Exit status: 0 success, 2 usage, config or database error (a run id not in the database too),
+3 engine error, 4 invalid measurement, 5 host error (unreachable, refused, busy; also Slack unreachable or failing at bot start-up),
 130 interrupted.
 """
 
@@ -29,12 +29,13 @@ from bot import (
     _cmd_report,
     _cmd_triage,
 )
-from bot._common import SlackUnavailableError
+from bot._common import SlackUnavailableError, json_to_stdout
 
 EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_HOST, EXIT_INTERRUPTED = 2, 3, 4, 5, 130
 _FAILURES = (
     (core.ConfigError, "config error", EXIT_USAGE),
     (core.GitError, "git error", EXIT_USAGE),
+    (storage.NoSuchRunError, "no such run", EXIT_USAGE),  # before StorageError, its base
     (storage.StorageError, "storage error", EXIT_USAGE),
     (core.InvalidSampleError, "invalid measurement", EXIT_INVALID),
     (core.EngineError, "engine error", EXIT_ENGINE),
@@ -63,9 +64,11 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specperf`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
+    # --json -: standard output carries the JSON alone, so the tables and notes go to standard error
+    to_stderr = json_to_stdout(args)
     # Piped output gets a report-wide page instead of rich's 80 columns (COLUMNS still rules).
-    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
-    console = Console(soft_wrap=True, width=width)  # paths and messages stay whole when piped
+    width = None if (sys.stderr if to_stderr else sys.stdout).isatty() or "COLUMNS" in os.environ else 160
+    console = Console(stderr=to_stderr, soft_wrap=True, width=width)  # paths and messages stay whole when piped
     errors = Console(stderr=True, soft_wrap=True)  # one error, one unbroken line
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:

@@ -9,7 +9,7 @@ a rule the caller passes in (``owner_alive``).
 Layer: imports ``core`` (public names only); imported by ``bot``; ``core`` never imports
 from here.
 
-Public names: open_database, default_url, StorageError, RunStore, BisectStore, StoredRun, load_run,
+Public names: open_database, default_url, StorageError, NoSuchRunError, RunStore, BisectStore, StoredRun, load_run,
 list_runs, abandoned_runs, mark_abandoned, update_settings, unsettled_slurm_runs, load_series (history series, as core.Series),
 load_findings (what a period's runs found, as core.PeriodRuns), and
 the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next, run_threads,
@@ -21,7 +21,7 @@ running row and whether it is alive (identity, owner_alive, keep_alive, Heartbea
 Owner; short_error names a database error without its SQL).
 """
 
-from storage._db import StorageError, default_url, open_database
+from storage._db import NoSuchRunError, StorageError, default_url, open_database
 from storage._history import load_findings, load_series
 from storage._jobs import (
     adopt,
@@ -75,7 +75,7 @@ from storage._store import (
 )
 
 __all__ = [
-    "open_database", "default_url", "StorageError",
+    "open_database", "default_url", "StorageError", "NoSuchRunError",
     "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
     "latest_calibration", "update_settings", "unsettled_slurm_runs",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",

@@ -25,6 +25,16 @@ class StorageError(SpecperfError):
     """The database cannot be opened or migrated."""
 
 
+class NoSuchRunError(StorageError):
+    """Run ``run_id`` is not in the database ``db``: the message names the id and the database
+    (its URL, password hidden) and says that ``specperf history`` lists the runs there."""
+
+    def __init__(self, run_id: int | str, db: Engine) -> None:
+        self.run_id = run_id
+        where = db.url.render_as_string(hide_password=True)
+        super().__init__(f"{run_id} is not in the database {where}; `specperf history` lists the runs there")
+
+
 def default_url(data_dir: Path) -> str:
     """The default database: ``sqlite:///<data_dir>/specperf.db``."""
     return f"sqlite:///{data_dir / 'specperf.db'}"

@@ -112,7 +112,7 @@ def test_env_diff_of_two_stored_runs(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("env", "--diff", "run-17", "b.json"), "error: run-17 is neither a snapshot file nor a run id"),
     (("env", "--diff", "nothere.json", "a.json"), "error: nothere.json is neither a snapshot file nor a run id"),
-    (("env", "--diff", "17", "18"), "error: no run 17 in the database"),
+    (("env", "--diff", "17", "18"), "no such run: 17 is not in the database sqlite:///"),
     (("env", "--engine", "nope"), "config error: no engine named 'nope'"),
     (("env", "--host", "elsewhere"), "config error: no host named 'elsewhere'"),
 ])
