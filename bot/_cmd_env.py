@@ -283,8 +283,8 @@ async def _watch(args: argparse.Namespace, config: core.Config, console: Console
             window = await monitor.stop()
     if "error" in window:
         raise core.HostError(window["error"])
-    print_window(console, window, f"host {host} for {window['window_s']:.1f} s (with {label})")
     judged = core.judge_window(window, config.compare.disturbance)
+    print_window(console, window, f"host {host} for {window['window_s']:.1f} s (with {label})", judged)
     if judged.disturbed:
         console.print(Text("a trial measured now would be DISTURBED: ", style="bold yellow")
                       + Text("; ".join(judged.reasons)))
@@ -295,19 +295,28 @@ async def _watch(args: argparse.Namespace, config: core.Config, console: Console
     return 0
 
 
-def print_window(console: Console, window: dict, title: str) -> None:
-    """A window monitor's document as tables: CPU shares, the busiest other processes, memory, GPUs."""
-    cpu, cpus = window["cpu"], window["engine_cpus"]
+def window_rows(window: dict, judged: core.Disturbance) -> list[tuple[str, str]]:
+    """(figure, value) rows of a window monitor's document, as the terminal and Slack show them;
+    the engine's CPUs' foreign share is the one ``judged`` (:func:`core.judge_window` of this
+    window) was decided on, so the table and the verdict line say the same number."""
+    cpu, cpus, memory = window["cpu"], window["engine_cpus"], window["memory"]
+    total, unattributed = judged.engine_cpus_foreign_share or 0.0, judged.engine_cpus_unattributed_share or 0.0
+    return [(f"other processes on the engine's CPUs ({','.join(map(str, cpus))})", f"{total:.0%}"),
+            ("  of which short-lived (not attributed to a pid)",
+             f"{unattributed:.0%} ({cpu['engine_cpus_unattributed_s']:.2f} CPU-s)"),
+            (f"other processes on all {window['host_cpus']} CPUs", f"{cpu['host_foreign_share']:.0%}"),
+            ("steal (hypervisor) on the engine's CPUs", f"{cpu.get('engine_cpus_steal_share') or 0:.0%}"),
+            ("available memory, lowest", _v(memory.get("available_min_mib"), " MiB")),
+            ("swapped in / out", f"{memory.get('swap_in_mib', 0):g} / {memory.get('swap_out_mib', 0):g} MiB")]
+
+
+def print_window(console: Console, window: dict, title: str, judged: core.Disturbance) -> None:
+    """A window monitor's document as tables: CPU shares (as ``judged`` computed them), the
+    busiest other processes, memory, GPUs."""
     table = Table(title=f"window: {title}", title_justify="left")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = [(f"other processes on the engine's CPUs ({','.join(map(str, cpus))})", f"{cpu['engine_cpus_foreign_share']:.0%}"),
-            ("  of which not attributed to a pid (short-lived)", f"{cpu['engine_cpus_unattributed_s']:.2f} CPU-s"),
-            (f"other processes on all {window['host_cpus']} CPUs", f"{cpu['host_foreign_share']:.0%}"),
-            ("steal (hypervisor) on the engine's CPUs", f"{cpu['engine_cpus_steal_share']:.0%}"),
-            ("available memory, lowest", _v(window["memory"].get("available_min_mib"), " MiB")),
-            ("swapped in / out", f"{window['memory'].get('swap_in_mib', 0):g} / {window['memory'].get('swap_out_mib', 0):g} MiB")]
-    for name, value in rows:
+    for name, value in window_rows(window, judged):
         table.add_row(name, value)
     console.print(table)
     procs = Table(title="busiest other processes", title_justify="left")

@@ -70,7 +70,7 @@ def print_trial(console: Console, trial: core.TrialResult,
     elif window:
         judged = core.judge_window(window, limits or core.DisturbanceConfig())
         console.print(("DISTURBED: " + "; ".join(judged.reasons)) if judged.disturbed else
-                      f"window quiet: other processes took {window['cpu']['engine_cpus_foreign_share']:.0%} of the "
+                      f"window quiet: other processes took {judged.engine_cpus_foreign_share or 0:.0%} of the "
                       "engine's CPUs", markup=False, highlight=False)
 
 

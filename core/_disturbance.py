@@ -45,10 +45,17 @@ class Culprit:
 
 @dataclass
 class Disturbance:
-    """The judgement of one trial's window: ``reasons`` (empty: quiet), ``culprits``."""
+    """The judgement of one trial's window: ``reasons`` (empty: quiet), ``culprits``, and the
+    figure the CPU judgement is made on, for views to show the same number:
+    ``engine_cpus_foreign_share`` (0..1 of the engine's CPUs' capacity taken by processes
+    outside the engine, short-lived ones included; :func:`engine_cpus_foreign`) and
+    ``engine_cpus_unattributed_share`` (the part of it not attributed to a pid); ``None``
+    when there was no window to judge."""
 
     reasons: list[str] = field(default_factory=list)
     culprits: list[Culprit] = field(default_factory=list)
+    engine_cpus_foreign_share: float | None = None
+    engine_cpus_unattributed_share: float | None = None
 
     @property
     def disturbed(self) -> bool:
@@ -84,6 +91,19 @@ def power_cap_share(window: dict) -> float | None:
     return max(shares) if shares else None
 
 
+def engine_cpus_foreign(window: dict) -> tuple[float, float]:
+    """(total, unattributed): the shares (0..1) of the engine's CPUs' capacity over the window
+    that processes outside the engine took: all of them (the monitor's
+    ``engine_cpus_foreign_share``, seen per pid, plus the busy time no pid accounts for,
+    ``engine_cpus_unattributed_s``: processes that lived between two readings), and the
+    unattributed part alone. The one computation of this figure: the judgement and the views
+    both use it."""
+    span = max(window.get("window_s") or 0.0, 1e-9)
+    cpu = window.get("cpu", {})
+    unattributed = (cpu.get("engine_cpus_unattributed_s") or 0.0) / span / max(len(window.get("engine_cpus") or []), 1)
+    return (cpu.get("engine_cpus_foreign_share") or 0.0) + unattributed, unattributed
+
+
 def judge_window(window: dict | None, limits: DisturbanceConfig, power_cap_median: float | None = None) -> Disturbance:
     """The judgement of one window (see the module docstring). ``power_cap_median``: the
     median power-cap share of the trials of the same mode (``None``: not judged).
@@ -97,9 +117,9 @@ def judge_window(window: dict | None, limits: DisturbanceConfig, power_cap_media
     span = max(window.get("window_s") or 0.0, 1e-9)
     cpu = window.get("cpu", {})
     engine_cpus = window.get("engine_cpus") or []
-    foreign_share = cpu.get("engine_cpus_foreign_share") or 0.0
-    unattributed = (cpu.get("engine_cpus_unattributed_s") or 0.0) / span / max(len(engine_cpus), 1)
-    if foreign_share + unattributed > limits.engine_cpus_foreign_share:
+    total, unattributed = engine_cpus_foreign(window)
+    out.engine_cpus_foreign_share, out.engine_cpus_unattributed_share = total, unattributed
+    if total > limits.engine_cpus_foreign_share:
         on_engine = [p for p in window.get("foreign_processes", []) if p.get("engine_cpus_cpu_s")]
         named = on_engine[:3]
         for proc in named:
@@ -107,7 +127,7 @@ def judge_window(window: dict | None, limits: DisturbanceConfig, power_cap_media
             out.culprits.append(Culprit("cpu", proc["pid"], proc.get("user"), proc.get("command"), round(rate, 2)))
         who = "; ".join(f"{_who(p)}: {p['engine_cpus_cpu_s'] / span:.2f} CPU-s/s" for p in named)
         short = f"; {unattributed:.0%} by short-lived processes" if unattributed >= 0.05 else ""
-        out.reasons.append(f"foreign processes took {foreign_share + unattributed:.0%} of the engine's "
+        out.reasons.append(f"foreign processes took {total:.0%} of the engine's "
                            f"{_cpus(engine_cpus)} ({who or 'not attributed to a pid'}{short})")
     client_share = cpu.get("client_cpus_foreign_share")
     if limits.client_cpus_foreign_share is not None and client_share is not None \

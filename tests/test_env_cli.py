@@ -132,3 +132,29 @@ def test_env_on_an_unreachable_host_is_one_clear_error(tmp_path):
     assert result.returncode == 5
     assert "host error: cannot reach host gpu-a (root@gpu-a.example:22)" in (
         " ".join(result.stderr.split()))
+
+
+def test_watch_table_and_verdict_give_one_figure_for_the_engine_cpus_foreign_share():
+    """32% (seen per pid) in the table against 40% (short-lived processes added) in the verdict
+    line was one quantity computed twice; both now show the judgement's own figure."""
+    import re
+
+    from rich.console import Console
+
+    from bot._cmd_env import print_window
+
+    window = {"window_s": 10.0, "host_cpus": 2, "engine_cpus": [1],
+              "cpu": {"engine_cpus_foreign_share": 0.32, "engine_cpus_unattributed_s": 0.8, "host_foreign_share": 0.2,
+                      "engine_cpus_steal_share": 0.0},
+              "foreign_processes": [{"pid": 41, "user": "root", "command": "make -j", "cpu_s": 3.2,
+                                     "engine_cpus_cpu_s": 3.2}],
+              "memory": {"available_min_mib": 1000, "swap_in_mib": 0, "swap_out_mib": 0},
+              "gpu": {"available": False, "reason": "no GPU"}}
+    judged = core.judge_window(window, core.DisturbanceConfig())
+    console = Console(width=200, record=True)
+    print_window(console, window, "host local for 10.0 s", judged)
+    table = console.export_text()
+    shown = re.search(r"other processes on the engine's CPUs \(1\)\s*│\s*(\d+)%", table).group(1)
+    said = re.search(r"foreign processes took (\d+)% of the engine's CPU 1", judged.reasons[0]).group(1)
+    assert shown == said == "40"
+    assert re.search(r"short-lived \(not attributed to a pid\)\s*│\s*8% \(0\.80 CPU-s\)", table)
