@@ -308,7 +308,7 @@ class DisturbanceConfig(_Strict):
 
 class CompareConfig(_Strict):
     """How a compare decides (see core._stats): ``margin_pct`` of base tok/s within which a
-    change counts as none, rank-test ``alpha``, launches per arm and mode between
+    change counts as none, the paired t-test's ``alpha``, launches per arm and mode between
     ``min_trials`` and ``max_trials`` (rounds are added while INCONCLUSIVE), an overall
     ``time_budget_s``, and ``cooldown_s`` between launches.
 

@@ -91,9 +91,9 @@ def test_cron_expressions_read_as_crontab():
                           '[schedule]\nchannel = "C"\n[[watches]]\nengine = "e"\ncron = "* * * * *"\nmodes = ["eagle3"]\n')
 
 
-def test_the_readme_example_is_a_valid_config():
-    readme = (ROOT / "README.md").read_text()
-    example = readme.split("### Schedules and watches")[1].split("```toml")[1].split("```")[0]
+def test_the_guide_example_is_a_valid_config():
+    guide = (ROOT / "docs/slack.md").read_text()
+    example = guide.split("## Schedules and watches")[1].split("```toml")[1].split("```")[0]
     engine = ('[hosts.h200-a]\nssh = "root@gpu-a.example"\n[engines.sglang-k2]\nkind = "sglang"\nhost = "h200-a"\n'
               'repo = "/data/sglang"\nmodel = "/models/k2"\n[engines.sglang-k2.modes]\nbaseline = []\neagle3 = []\n')
     config = parse_bot_config(engine + example)

@@ -1,4 +1,4 @@
-"""The README's Python examples run as written: the ```python blocks of its "Python" section,
+"""The guide's Python examples run as written: the ```python blocks of docs/python.md,
 in order, in one namespace, in a folder whose ``specperf.toml`` names the fast fake engine
 (tests/fake_engine_repo.py) from a real git repository with ``main`` and a ``slow-step``
 commit with twice the inter-token latency."""
@@ -21,9 +21,7 @@ KNOBS = dict(noise=0.004, fails=False, comment="")
 
 
 def python_blocks() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs/python.md").read_text(), re.S)
 
 
 @pytest.mark.e2e  # the fast fake engine, launched as a process by compare_commit
@@ -47,7 +45,7 @@ def test_the_readme_python_examples_run_as_written(tmp_path, unused_tcp_port, mo
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         for block in blocks:
-            exec(compile(block, "README.md", "exec"), namespace)
+            exec(compile(block, "docs/python.md", "exec"), namespace)
     lines = out.getvalue().splitlines()
     result = namespace["result"]
     assert result.status is core.RunStatus.DONE and lines[0] == "done"
