@@ -147,13 +147,22 @@ def _software_table(software: dict) -> Table:
     return table
 
 
-def _env_table(env: dict) -> Table | None:
+def _env_table(env: dict) -> Table | Text | None:
+    """The variables that move an engine's performance (:func:`core.performance_env`) as a
+    table, with the count of the others under it (all of them are in the saved JSON); one line
+    when none of those is set; ``None`` for no variables at all."""
     if not env:
         return None
-    table = Table(title="environment variables", title_justify="left")
+    shown = core.performance_env(env)
+    others = len(env) - len(shown)
+    rest = f"{others} other variable{'s' if others != 1 else ''} (paths, shell, ...) in the saved JSON" if others else ""
+    title = "environment variables that move performance (CUDA_*, NCCL_*, TORCH_*, VLLM_*, SGLANG_*, OMP_*, ...)"
+    if not shown:
+        return Text(f"{title}: none set" + (f"; {rest}" if rest else ""))
+    table = Table(title=title, title_justify="left", caption=rest or None, caption_justify="left")
     table.add_column("name")
     table.add_column("value", overflow="fold")
-    for name, value in env.items():
+    for name, value in shown.items():
         table.add_row(name, value)
     return table
 
@@ -174,8 +183,9 @@ def _system_table(system: dict) -> Table:
             table.add_row(label, f"{_v(system.get('cpu_count'))} ({_v(system.get('cpu_affinity_count'))})")
         elif label.startswith("load"):
             table.add_row(label, " / ".join(_v(system.get(f"loadavg_{m}m"), digits=2) for m in (1, 5, 15)))
-        elif label.startswith("memory"):
-            table.add_row(label, f"{_v(system.get('mem_available_mib'))} of {_v(system.get('mem_total_mib'))}")
+        elif label.startswith("memory") and "mem_available_mib" in system:
+            total = system.get("mem_total_mib")  # absent from snapshots of older probes' cheap kind
+            table.add_row(label, _v(system.get("mem_available_mib")) + (f" of {_v(total)}" if total else ""))
     git = system.get("git")
     if git:
         table.add_row("engine checkout", f"{git['repo']} @ {git.get('sha') or git.get('reason')}"

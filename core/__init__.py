@@ -164,6 +164,7 @@ from core._fingerprint import (
 from core._fingerprint import (
     load_snapshot as load_snapshot,
 )
+from core._fingerprint import performance_env as performance_env
 from core._git import (
     GitError,
 )

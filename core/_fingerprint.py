@@ -140,6 +140,13 @@ PERFORMANCE_ENV = re.compile(
 _RANK_IN_CATEGORY = {key: (cat, i) for cat, keys in _ORDER.items() for i, key in enumerate(keys)}
 
 
+def performance_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``env`` (a snapshot's ``software.env``: name -> value) whose names are
+    known to move engine performance (:data:`PERFORMANCE_ENV`, the fingerprint's ``env``
+    category), in their order; the rest (paths to CA bundles, the shell's, ...) left out."""
+    return {name: value for name, value in env.items() if PERFORMANCE_ENV.match(name)}
+
+
 def _categorize(key: str) -> Category:
     if key in _RANK_IN_CATEGORY:
         return _RANK_IN_CATEGORY[key][0]

@@ -63,7 +63,7 @@ Output (stdout, one JSON object; anything the imported modules print goes to std
              transparent_hugepage, loadavg_1m, loadavg_5m, loadavg_15m, mem_total_mib,
              mem_available_mib, top_processes: [{pid, user, cpu_pct, rss_mib, command}],
              git: {repo, sha, dirty} | {repo, reason}}
-             (cheap: loadavg_*, mem_available_mib, top_processes)
+             (cheap: loadavg_*, mem_total_mib, mem_available_mib, top_processes)
 
 A section that fails unexpectedly becomes ``{"error": "..."}``; the script itself exits 0
 unless its arguments are wrong (exit 2).
@@ -781,9 +781,8 @@ def probe_system(cheap, sample_s, repo):
         load = (None, None, None)
     out["loadavg_1m"], out["loadavg_5m"], out["loadavg_15m"] = (
         None if v is None else round(v, 2) for v in load)
-    memory = _meminfo()
-    if not cheap:
-        out["mem_total_mib"] = memory.get("MemTotal")
+    memory = _meminfo()  # one read of /proc/meminfo: the total costs nothing, cheap or not
+    out["mem_total_mib"] = memory.get("MemTotal")
     out["mem_available_mib"] = memory.get("MemAvailable")
     out["top_processes"] = busiest_processes(sample_s)
     if repo and not cheap:

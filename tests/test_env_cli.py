@@ -158,3 +158,29 @@ def test_watch_table_and_verdict_give_one_figure_for_the_engine_cpus_foreign_sha
     said = re.search(r"foreign processes took (\d+)% of the engine's CPU 1", judged.reasons[0]).group(1)
     assert shown == said == "40"
     assert re.search(r"short-lived \(not attributed to a pid\)\s*│\s*8% \(0\.80 CPU-s\)", table)
+
+
+def test_cheap_env_shows_the_variables_that_move_performance_and_the_memory_total(tmp_path):
+    import sys
+
+    (tmp_path / "specperf.toml").write_text(
+        f'[engines.stand-in]\nkind = "vllm"\npython = "{sys.executable}"\nmodel = "m"\n'
+        'env = { VLLM_SPECPERF_TEST = "7" }\n')
+    env = {k: v for k, v in os.environ.items() if k != "SPECPERF_CONFIG"}
+    env.update(SPECPERF_HOME=str(tmp_path / "home"), COLUMNS="250", SSL_CERT_FILE="/etc/ssl/specperf-test.pem",
+               NCCL_SPECPERF_TEST="INFO")
+    out = tmp_path / "cheap.json"
+    done = specperf_in_process(["env", "--cheap", "--json", str(out)], cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    saved = json.loads(out.read_text())["snapshot"]
+    variables = saved["software"]["env"]
+    assert variables["SSL_CERT_FILE"] == "/etc/ssl/specperf-test.pem"  # every variable stays in the JSON
+    rows = [line for line in done.stdout.splitlines() if line.startswith("│ ")]
+    names = [row.split("│")[1].strip() for row in rows]
+    assert "VLLM_SPECPERF_TEST" in names and "NCCL_SPECPERF_TEST" in names
+    assert "SSL_CERT_FILE" not in done.stdout and "PATH" not in names
+    others = len(variables) - len(core.performance_env(variables))
+    assert f"{others} other variables (paths, shell, ...) in the saved JSON" in done.stdout
+    memory = next(row for row in rows if "memory available MiB" in row)
+    system = saved["system"]
+    assert memory.split("│")[2].strip() == f"{system['mem_available_mib']} of {system['mem_total_mib']}"

@@ -103,7 +103,9 @@ def test_cheap_probe_reads_live_fields_only(engine_python, engine_snapshot):
     cheap = probe_cheap(str(engine_python), env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     assert cheap["kind"] == "cheap"
     assert set(cheap["software"]) == {"env"} and cheap["software"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert set(cheap["system"]) == {"loadavg_1m", "loadavg_5m", "loadavg_15m", "mem_available_mib", "top_processes"}
+    assert set(cheap["system"]) == {"loadavg_1m", "loadavg_5m", "loadavg_15m", "mem_total_mib", "mem_available_mib",
+                                    "top_processes"}
+    assert 0 < cheap["system"]["mem_available_mib"] <= cheap["system"]["mem_total_mib"]
     assert cheap["wall_s"] < engine_snapshot["wall_s"]  # no torch import, no package scan
 
 
