@@ -164,11 +164,16 @@ class FailureGroup:
 
     def line(self, most: int = 5) -> str:
         """``"FAILED (3 runs): <reason>: run 7 (compare fake baseline 1a2b3c4d5e), ..."``, at
-        most ``most`` runs named."""
+        most ``most`` runs named. The reason is the newest run's own first line, numbers and
+        all (repeats of one cause in it said once, :func:`_once`), not the grouping key; when
+        the group's runs differ in their numbers, SHAs or paths, it says whose it is."""
         named = ", ".join(f"run {r.run_id} ({r.kind} {r.engine} {','.join(r.modes)} {r.head_sha[:10]})"
                           for r in self.runs[:most])
         more = f" and {len(self.runs) - most} more" if len(self.runs) > most else ""
-        return f"FAILED ({len(self.runs)} run{'s' if len(self.runs) != 1 else ''}): {self.reason}: {named}{more}"
+        reasons = {_once(_first_line(r.reason)) for r in self.runs}
+        reason = _once(_first_line(self.runs[0].reason)) if self.runs else self.reason
+        whose = "" if len(reasons) == 1 else f" (run {self.runs[0].run_id}; the others differ only in numbers, SHAs or paths)"
+        return f"FAILED ({len(self.runs)} run{'s' if len(self.runs) != 1 else ''}): {reason or self.reason}{whose}: {named}{more}"
 
 
 @dataclass(frozen=True)
@@ -202,14 +207,50 @@ _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
 _PATH = re.compile(r"(/[\w.+-]+){2,}/?")
 
 
+def _mask(text: str) -> str:
+    return _NUMBER.sub("N", _PATH.sub("<path>", _HEX.sub("<sha>", text)))
+
+
+def _first_line(reason: str | None) -> str:
+    return (reason or "").strip().splitlines()[0] if (reason or "").strip() else ""
+
+
+def _alike_once(line: str, masked: bool = False) -> tuple[str, int]:
+    """(``line`` with its ``; ``-separated parts that are alike but for numbers, SHAs or paths
+    said once, the first kept as it is (or masked, with ``masked``); how many more of the most
+    repeated part there were). A leading ``label: `` (``sample invalid: ``) is kept aside when
+    that finds more repeats."""
+    def collapse(text: str) -> tuple[str, int]:
+        kept: dict[str, list] = {}
+        for part in text.split("; "):
+            kept.setdefault(_mask(part), [_mask(part) if masked else part, 0])[1] += 1
+        return "; ".join(part for part, _ in kept.values()), max(n for _, n in kept.values()) - 1
+
+    options = [collapse(line)]
+    label, sep, rest = line.partition(": ")
+    if sep:
+        text, more = collapse(rest)
+        options.append(((_mask(label) if masked else label) + sep + text, more))
+    return min(options, key=lambda option: (-option[1], len(option[0])))
+
+
+def _once(line: str) -> str:
+    """``line`` with repeats of one cause said once and counted (:func:`_alike_once`):
+    ``sample invalid: request 0 returned 12 of 64 tokens (...); request 1 returned 12 of 64
+    tokens (...)`` -> ``sample invalid: request 0 returned 12 of 64 tokens (...) (and 1 more like it)``."""
+    text, more = _alike_once(line)
+    return text + (f" (and {more} more like it)" if more else "")
+
+
 def failure_key(reason: str) -> str:
     """The reason's first line with commit SHAs, paths and numbers (pids, ports, seconds)
-    written as ``<sha>``, ``<path>`` and ``N``, so failures of one cause group together.
-    ``"(no reason recorded)"`` for an empty reason."""
-    line = (reason or "").strip().splitlines()[0] if (reason or "").strip() else ""
+    written as ``<sha>``, ``<path>`` and ``N``, its parts alike after that said once (a
+    sample's truncated requests, one per request in older reasons), so failures of one cause
+    group together. ``"(no reason recorded)"`` for an empty reason."""
+    line = _first_line(reason)
     if not line:
         return "(no reason recorded)"
-    return _NUMBER.sub("N", _PATH.sub("<path>", _HEX.sub("<sha>", line)))
+    return _alike_once(line, masked=True)[0]
 
 
 def group_failures(runs: Iterable[FailedRun]) -> list[FailureGroup]:

@@ -536,8 +536,22 @@ class InvalidSampleError(SpecperfError):
 
     def __init__(self, sample: Sample) -> None:
         self.sample = sample
-        reasons = "; ".join(sample.invalid_reasons[:5])
-        more = len(sample.invalid_reasons) - 5
-        if more > 0:
-            reasons += f"; and {more} more"
-        super().__init__(f"sample invalid: {reasons}")
+        super().__init__(f"sample invalid: {invalid_text(sample)}")
+
+
+def invalid_text(sample: Sample) -> str:
+    """Why ``sample`` is invalid, once per cause: the truncated requests as one count with the
+    first as the example (``3 of 16 requests returned fewer tokens than asked, e.g. request 7
+    returned 12 of 128 tokens (...)``), then up to 5 failed requests' own errors."""
+    truncated = [r for r in sample.requests if not r.error and r.output_tokens < r.expected_tokens]
+    failed = [r.invalid_reason for r in sample.requests if r.error]
+    parts = []
+    if len(truncated) == 1:
+        parts.append(truncated[0].invalid_reason)
+    elif truncated:
+        parts.append(f"{len(truncated)} of {len(sample.requests)} requests returned fewer tokens than asked, "
+                     f"e.g. {truncated[0].invalid_reason}")
+    parts += failed[:5]
+    if len(failed) > 5:
+        parts.append(f"and {len(failed) - 5} more failed requests")
+    return "; ".join(p for p in parts if p)

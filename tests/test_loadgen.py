@@ -131,6 +131,10 @@ async def test_truncated_response_invalidates_the_sample(exact_server):
     with pytest.raises(InvalidSampleError, match="truncated") as caught:
         sample.raise_if_invalid()
     assert caught.value.sample is sample  # nothing measured is lost
+    # one cause, said once with a count and a real example (it was one full sentence per request)
+    message = str(caught.value)
+    assert message.startswith("sample invalid: 2 of 2 requests returned fewer tokens than asked, e.g. request ")
+    assert message.count("of 32 tokens") == 1 and "returned 10 of 32 tokens" in message
 
 
 async def test_stream_closed_without_done_is_invalid(exact_server):

@@ -154,6 +154,20 @@ def _failed(run_id: int, reason: str, hours: int) -> core.FailedRun:
                           NOW - dt.timedelta(hours=hours))
 
 
+def test_a_failed_line_gives_one_cause_once_with_its_real_numbers():
+    truncated = ("request {i} returned 12 of 128 tokens (finish_reason=length): the output was truncated, so its "
+                 "tok/s would be wrong; check that the engine holds the length fixed")
+    # as older specperf stored it: one sentence per truncated request
+    old = "sample invalid: " + "; ".join(truncated.format(i=i) for i in (3, 7))
+    runs = core.PeriodRuns(failed=[_failed(9, old, 2), _failed(8, old.replace("12 of", "11 of"), 3)])
+    (group,) = runs.failure_groups()
+    assert group.reason.count("returned") == 1 and "request N returned N of N tokens" in group.reason
+    line = group.line()
+    assert line.startswith("FAILED (2 runs): sample invalid: request 3 returned 12 of 128 tokens (finish_reason=length)")
+    assert line.count("returned") == 1 and "(and 1 more like it)" in line
+    assert "(run 9; the others differ only in numbers, SHAs or paths)" in line
+
+
 def test_failed_runs_are_grouped_by_reason_and_a_failure_is_not_quiet():
     runs = core.PeriodRuns(failed=[
         _failed(3, "engine exited with status 1 before it was ready (pid 4242)\nlog tail ...", 5),
@@ -166,7 +180,8 @@ def test_failed_runs_are_grouped_by_reason_and_a_failure_is_not_quiet():
         ("engine exited with status N before it was ready (pid N)", [7, 3]),
         ("worktree for <sha> at <path> failed", [4]),
     ]
-    assert groups[0].line().startswith("FAILED (2 runs): engine exited with status N before it was ready (pid N): "
+    assert groups[0].line().startswith("FAILED (2 runs): engine exited with status 1 before it was ready (pid 5151) "
+                                       "(run 7; the others differ only in numbers, SHAs or paths): "
                                        f"run 7 (compare vllm eagle3 {'b' * 10})")
     summary = core.build_summary([], since=NOW - dt.timedelta(days=1), now=NOW, runs=runs)
     assert not summary.quiet
