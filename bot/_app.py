@@ -228,10 +228,13 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
     """Run ``request`` (refs already resolved to ``shas`` = (base, head)) under the host lock:
     reconcile, record the run (``on_run(run_id)`` is called, and awaited if it returns an
     awaitable; ``extra`` is merged into its stored settings), then compare with ``observer``
-    beside the recorder. Returns (run id, result).
+    beside the recorder, whose writes run on a thread of their own (:class:`storage.WriteBehind`)
+    and are all done when this returns or raises. Returns (run id, result).
 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
+        sqlalchemy.exc.SQLAlchemyError: a write of the run failed (the compare stopped at the
+            next hook, its engine stopped).
     """
     async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
@@ -241,7 +244,14 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
             await pending
         if session.before_run is not None:
             session.before_run(config)
-        return run_id, await core.compare(request, CompareObservers(store, observer), shas=shas)
+        recorder = storage.WriteBehind(store)  # the run's writes off the event loop, in order
+        try:
+            result = await core.compare(request, CompareObservers(recorder, observer), shas=shas)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(recorder.drain, raise_error=False))
+            raise
+        await asyncio.to_thread(recorder.drain)
+        return run_id, result
 
 
 async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str],

@@ -9,7 +9,8 @@ a rule the caller passes in (``owner_alive``).
 Layer: imports ``core`` (public names only); imported by ``bot``; ``core`` never imports
 from here.
 
-Public names: open_database, default_url, StorageError, NoSuchRunError, RunStore, BisectStore, StoredRun, load_run,
+Public names: open_database, default_url, StorageError, NoSuchRunError, RunStore, WriteBehind (a recorder's
+writes on a thread of their own), BisectStore, StoredRun, load_run,
 list_runs, abandoned_runs, mark_abandoned, update_settings, unsettled_slurm_runs, load_series (history series, as core.Series),
 load_findings (what a period's runs found, as core.PeriodRuns), and
 the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next, run_threads,
@@ -73,10 +74,11 @@ from storage._store import (
     unsettled_slurm_runs,
     update_settings,
 )
+from storage._write_behind import WriteBehind
 
 __all__ = [
     "open_database", "default_url", "StorageError", "NoSuchRunError",
-    "RunStore", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
+    "RunStore", "WriteBehind", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
     "latest_calibration", "update_settings", "unsettled_slurm_runs",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",
     "enqueue", "claim_next", "get_job", "job_by_key", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",

@@ -273,6 +273,92 @@ async def test_reconciling_under_a_locked_sqlite_database_never_blocks_the_event
     assert storage.load_run(db, run_id).run.status == "interrupted"
 
 
+async def test_a_compare_whose_writes_wait_on_a_locked_database_never_blocks_the_event_loop(tmp_path):
+    """A compare through the application layer (as a bot job or `specperf compare` runs it) on
+    core.testing.FakeHost, while another process holds the SQLite database for 2 s from the
+    second launch on: the run's writes wait in their own thread, the event loop keeps turning
+    (the bot's heartbeats, Slack acks and cancels run on it), and once the lock is gone every
+    trial and verdict is stored, in order. Before the writes left the loop (issue 29), each one
+    stopped it until the lock was released: a gap of about 2 s."""
+    import time
+
+    import storage
+    from bot import _app
+    from core.testing import FakeHost, fake_engine_config
+    from tests.bot_support import hold_sqlite
+    from tests.fake_engine_repo import linear_history, make_repo
+
+    shas = make_repo(tmp_path / "repo", linear_history(n=2, slow=2, tag="c", first="c0"))
+    path = tmp_path / "runs.db"
+    db = storage.open_database(f"sqlite:///{path}")
+    host = FakeHost(tmp_path / "work", lambda launch: 20.0)
+    request = core.CompareRequest(
+        engine_name="fake", engine=fake_engine_config(tmp_path / "repo"), workload_name="w",
+        workload=core.WorkloadConfig(output_len=4, concurrency=4, requests=8, warmup_requests=0), head_ref="c2",
+        base_ref="c1", modes=["baseline"], host=host,
+        settings=core.CompareConfig(min_trials=4, max_trials=4, cooldown_s=0.1, on_disturbed="keep"))
+    lockers = []
+
+    class LockOnSecondLaunch(core.CompareObserver):
+        def trial_launched(self, arm, seq, process) -> None:
+            if seq == 2:
+                lockers.append(hold_sqlite(path, 2.0))
+
+    gaps, stop = [], False
+
+    async def ticker():
+        last = time.monotonic()
+        while not stop:
+            await asyncio.sleep(0.02)
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+
+    ticking = asyncio.create_task(ticker())
+    started = time.monotonic()
+    run_id, result = await _app.compare(parse_config(""), db, request, (shas["c1"], shas["c2"]),
+                                        _app.Session("test"), LockOnSecondLaunch())
+    seconds = time.monotonic() - started
+    stop = True
+    await ticking
+    lockers[0].wait()
+    assert result.status == "done", result.reason
+    assert seconds >= 1.8  # the compare waited for its writes...
+    assert max(gaps) < 0.5, max(gaps)  # ...in their own thread: the loop kept turning
+    stored = storage.load_run(db, run_id)
+    assert stored.run.status == "done"
+    assert sorted(t.seq for t in stored.trials) == list(range(1, 9)) and all(t.status == "ok" for t in stored.trials)
+    assert {v.mode: v.verdict for v in stored.verdicts} == {"baseline": result.verdicts["baseline"].verdict}
+
+
+def test_a_write_that_fails_behind_the_loop_stops_the_compare_at_the_next_hook():
+    """storage.WriteBehind keeps the first failed write and raises it on the loop at the next
+    hook (the compare stops there, its engine stopped) and from drain(); writes after it are
+    dropped, since they would build on a row that is not there."""
+    import time
+
+    import storage
+
+    done = []
+
+    class Failing(core.CompareObserver):
+        def progress(self, message) -> None:
+            if message == "bad":
+                raise RuntimeError("database is locked")
+            done.append(message)
+
+    behind = storage.WriteBehind(Failing())
+    behind.progress("one")
+    behind.progress("bad")
+    deadline = time.monotonic() + 10
+    while behind._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(RuntimeError, match="database is locked"):
+        behind.progress("two")
+    with pytest.raises(RuntimeError, match="database is locked"):
+        behind.drain()
+    assert done == ["one"]
+
+
 # -- an outage longer than the lease never runs a job twice -----------------------------------
 
 def test_a_job_taken_over_is_never_closed_or_requeued_by_its_old_owner(tmp_path):
