@@ -91,8 +91,10 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
 def calibration_plans(db, engine_name: str, host: str, workload_name: str,
                       settings: core.CompareConfig) -> tuple[int | None, dict[str, core.Plan]]:
     """(run id, per mode the :func:`core.plan` from its spread) of the newest calibration of
-    this engine, host and workload; ``(None, {})`` when there is none."""
-    run = storage.latest_calibration(db, engine_name, host, workload_name)
+    this engine, host and workload measured with ``settings.pairing`` (the spread of launches
+    one at a time and of two engines in turns differ five-fold on a VM: 10.5% against 2.1%,
+    bench/NOISE_RESULTS.md); ``(None, {})`` when there is none."""
+    run = storage.latest_calibration(db, engine_name, host, workload_name, settings.pairing)
     if run is None:
         return None, {}
     goal = run.settings["calibration"]

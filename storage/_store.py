@@ -252,8 +252,8 @@ def load_run(db: Engine, run_id: int) -> StoredRun | None:
         return StoredRun(run, arms, trials, verdicts, snapshots)
 
 
-def list_runs(db: Engine, engine_name: str | None = None, limit: int = 20) -> list[tuple[Run, list[VerdictRow]]]:
-    """The newest runs (optionally of one engine) with their verdicts, newest first."""
+def list_runs(db: Engine, engine_name: str | None = None, limit: int | None = 20) -> list[tuple[Run, list[VerdictRow]]]:
+    """The newest ``limit`` runs (``None``: all; optionally of one engine) with their verdicts, newest first."""
     with Session(db) as session:
         query = select(Run).order_by(Run.id.desc()).limit(limit)
         if engine_name:
@@ -264,13 +264,16 @@ def list_runs(db: Engine, engine_name: str | None = None, limit: int = 20) -> li
 
 
 
-def latest_calibration(db: Engine, engine_name: str, host: str, workload_name: str) -> Run | None:
+def latest_calibration(db: Engine, engine_name: str, host: str, workload_name: str,
+                       pairing: str | None = None) -> Run | None:
     """The newest finished calibration run (``specperf calibrate``: an A/A compare whose
-    ``settings["calibration"]`` is set) of this engine, host and workload, or ``None``."""
+    ``settings["calibration"]`` is set) of this engine, host and workload, and with ``pairing``
+    its ``[compare] pairing`` (runs stored before pairing existed were sequential), or ``None``."""
     with Session(db) as session:
         query = (select(Run).where(Run.engine_name == engine_name, Run.host == host, Run.workload_name == workload_name,
                                    Run.status == "done", Run.base_sha == Run.head_sha).order_by(Run.id.desc()))
-        return next((run for run in session.exec(query) if run.settings.get("calibration")), None)
+        return next((run for run in session.exec(query) if run.settings.get("calibration") and (
+            pairing is None or run.settings.get("compare", {}).get("pairing", "sequential") == pairing)), None)
 
 
 def abandoned_runs(db: Engine, owner_alive: Callable[[dict], bool]) -> list[tuple[Run, list[Trial]]]:

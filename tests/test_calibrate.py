@@ -62,6 +62,8 @@ def test_calibrate_stores_the_spread_that_compare_plans_with(repo, tmp_path, unu
     run_id, plans = calibration_plans(db, "fake", "local", "default", core.CompareConfig())
     assert run_id is not None and set(plans) == {"baseline"}
     assert plans["baseline"].spread_pct > 0
+    # a calibration of launches one at a time says nothing of two engines in turns
+    assert calibration_plans(db, "fake", "local", "default", core.CompareConfig(pairing="concurrent")) == (None, {})
 
 
 def test_compare_plans_its_first_round_from_the_calibration():
