@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -331,3 +333,117 @@ async def _bisect(config: core.Config, request: core.BisectRequest, store: stora
         raise
     finally:
         waiter.cancel()
+
+
+def calibration_goal(launches: int, change_pct: float, power: float) -> dict:
+    """What a calibration is for, as its run's ``settings["calibration"]``: ``{"change_pct",
+    "power"}`` (the change to detect, % of tok/s, and the power to detect it with), checked
+    with the launches per arm and mode it runs.
+
+    Raises:
+        core.ConfigError: fewer than 2 launches, a change outside (0, 100) % or a power
+            outside (0, 1).
+    """
+    if launches < 2 or not 0 < change_pct < 100 or not 0 < power < 1:
+        raise core.ConfigError("calibrate needs --launches of at least 2, --change-pct between 0 and 100 and "
+                               "--power between 0 and 1")
+    return {"change_pct": change_pct, "power": power}
+
+
+def calibration_lines(trials: dict, goal: dict, alpha: float) -> list[str]:
+    """Per mode of a calibration's trials (:func:`core.figures`: mode -> {"base", "head"}) one
+    line: its launch-to-launch spread and the margin and launches per arm that reach ``goal``
+    (:func:`calibration_goal`) at significance ``alpha`` (:func:`core.plan`)."""
+    lines = []
+    for mode, arms in trials.items():
+        spread = core.pair_spread_pct(arms["base"], arms["head"])
+        line = core.plan(spread, goal["change_pct"], goal["power"], alpha).line() if spread \
+            else "too few undisturbed pairs for a spread"
+        lines.append(f"calibration {mode}: {line}")
+    return lines
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """What a probe or the window monitor runs with on a host: ``label`` (``engine NAME`` or
+    which Python), the ``python`` path, the engine's ``env`` and ``repo``, the ``host`` name and
+    the engine's ``cpus`` (``None``: the CPUs its group may run on)."""
+
+    label: str
+    python: str
+    env: dict
+    repo: str | None
+    host: str
+    cpus: list[int] | None
+
+
+def probe_target(config: core.Config, engine: str | None = None, host: str | None = None) -> ProbeTarget:
+    """The engine ``engine`` (default: the only one) on ``host`` (default: the engine's); with
+    no engine configured, the host's Python (specperf's own on the local host).
+
+    Raises:
+        core.ConfigError: no such engine or host, or several engines and none chosen.
+    """
+    if not config.engines and not engine:
+        host_name = host or "local"
+        config_host = config.hosts.get(host_name)
+        if config_host is None:
+            raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
+                                   f"{', '.join(sorted(config.hosts))})")
+        if config_host.ssh:
+            return ProbeTarget("the host's python (no engine configured)", config_host.python, {}, None, host_name, None)
+        return ProbeTarget("specperf's own Python (no engine configured)", sys.executable, {}, None, host_name, None)
+    name = pick(config.engines, engine, "engine")
+    spec = config.engine(name)
+    host_name = host or spec.host
+    if host_name not in config.hosts:
+        raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
+                               f"{', '.join(sorted(config.hosts))})")
+    return ProbeTarget(f"engine {name}", spec.python, dict(spec.env), spec.repo, host_name, spec.cpus)
+
+
+@dataclass
+class WatchResult:
+    """A watch (the per-trial window monitor alone, :func:`watch`): the ``target`` it ran with,
+    the monitor's ``window`` document, its ``judged`` disturbance (:func:`core.judge_window`
+    with ``[compare.disturbance]``) and where the window was saved (``path``). ``status`` and
+    ``reason`` as a job's result reads them (always ``done``, no reason)."""
+
+    target: ProbeTarget
+    window: dict
+    judged: core.Disturbance
+    path: str | None = None
+    status: str = "done"
+    reason: str | None = None
+
+
+async def watch(config: core.Config, host: core.Host, target: ProbeTarget, seconds: float,
+                session: Session | None = None, tick: Callable[[float], None] | None = None) -> WatchResult:
+    """Run the window monitor alone on ``host`` for ``seconds`` s with ``target``'s Python and
+    CPUs, judged as a trial's window would be; under the host lock when ``session`` is given
+    (a job: it waits for the host's experiments, and they for it). ``tick(elapsed_s)`` is
+    called about every 5 s.
+
+    Raises:
+        core.HostError: the monitor could not run there (its error).
+        core.HostBusyError: the host is busy and ``session.wait`` is false.
+    """
+    async def monitored() -> dict:
+        monitor = core.WindowMonitor(host, target.python, -1, target.cpus)
+        await monitor.open()
+        await monitor.start()
+        started = time.monotonic()
+        while (left := seconds - (time.monotonic() - started)) > 0:
+            await asyncio.sleep(min(left, 5.0))
+            if tick is not None and time.monotonic() - started < seconds:
+                tick(time.monotonic() - started)
+        return await monitor.stop()
+
+    if session is None:
+        window = await monitored()
+    else:
+        async with host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+            window = await monitored()
+    if "error" in window:
+        raise core.HostError(window["error"])
+    return WatchResult(target, window, core.judge_window(window, config.compare.disturbance))

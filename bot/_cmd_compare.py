@@ -225,11 +225,8 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     report["client"] = "local" if host.is_local else host.client_where  # as the run's settings["client"]
     _emit(console, args, run_id, report, trials, title)
     if goal:
-        for mode, arms in trials.items():
-            spread = core.pair_spread_pct(arms["base"], arms["head"])
-            line = core.plan(spread, goal["change_pct"], goal["power"], request.settings.alpha).line() if spread \
-                else "too few undisturbed pairs for a spread"
-            console.print(f"calibration {mode}: {line}", markup=False, highlight=False)
+        for line in app.calibration_lines(trials, goal, request.settings.alpha):
+            console.print(line, markup=False, highlight=False)
         console.print(f"stored as the calibration of {choice.engine_name} on host {choice.host_name} with workload "
                       f"{choice.workload_name}: "
                       "compare plans its first round and words INCONCLUSIVE with it", markup=False, highlight=False)
@@ -273,11 +270,8 @@ def _planned(settings: core.CompareConfig, plans: dict[str, core.Plan], console:
 async def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf calibrate``: an A/A compare of one commit with ``--launches`` per arm,
     stored as the host's calibration (core._calibrate); 0, or 3 for a FAILED run."""
-    if args.launches < 2 or not 0 < args.change_pct < 100 or not 0 < args.power < 1:
-        raise core.ConfigError("calibrate needs --launches of at least 2, --change-pct between 0 and 100 and "
-                               "--power between 0 and 1")
+    args.calibration = app.calibration_goal(args.launches, args.change_pct, args.power)
     args.base, args.min_trials, args.max_trials, args.margin_pct = args.commit, args.launches, args.launches, None
-    args.calibration = {"change_pct": args.change_pct, "power": args.power}
     return await run_compare(args, console)
 
 

@@ -10,10 +10,8 @@ file errors exit 2 like other errors.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import datetime as dt
-import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -22,7 +20,18 @@ from rich.text import Text
 
 import core
 import storage
-from bot._common import check_output_path, data_dir, database, json_arg, open_host, pick, write_json
+from bot import _app as app
+from bot._common import (
+    check_output_path,
+    data_dir,
+    database,
+    json_arg,
+    open_host,
+    seconds_arg,
+    watch_verdict,
+    window_rows,
+    write_json,
+)
 from bot._settings import load_config
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
@@ -38,42 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--cheap", action="store_true", help="the per-trial probe: live readings only, no software scan")
     json_arg(e, "the snapshot and checks (--watch: the window and its judgement)",
              " (default: a file in the data directory's env/)")
-    e.add_argument("--watch", type=_seconds, metavar="SECONDS",
+    e.add_argument("--watch", type=seconds_arg, metavar="SECONDS",
                    help="run the per-trial window monitor alone for SECONDS: what on the host (CPU time of other "
                         "processes on the engine's CPUs, GPU throttling and processes, swap) would disturb a measurement")
     e.add_argument("--diff", nargs=2, metavar=("A", "B"),
                    help="compare two saved snapshots (JSON files) instead of probing")
     e.set_defaults(run=run)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 3600")
-    return value
-
-
-def _target(args: argparse.Namespace, config: core.Config) -> tuple[str, str, dict, str | None, str]:
-    """(label, python, env, repo, host name) to probe with."""
-    if not config.engines and not args.engine:
-        host_name = args.host or "local"
-        config_host = config.hosts.get(host_name)
-        if config_host is None:
-            raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
-                                   f"{', '.join(sorted(config.hosts))})")
-        if config_host.ssh:
-            return "the host's python (no engine configured)", config_host.python, {}, None, host_name
-        return "specperf's own Python (no engine configured)", sys.executable, {}, None, host_name
-    name = pick(config.engines, args.engine, "engine")
-    engine = config.engine(name)
-    host_name = args.host or engine.host
-    if host_name not in config.hosts:
-        raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
-                               f"{', '.join(sorted(config.hosts))})")
-    return f"engine {name}", engine.python, dict(engine.env), engine.repo, host_name
 
 
 def _checks_table(checks: list[core.Check], under_load: bool) -> Table:
@@ -259,9 +238,10 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         return 0
     check_output_path("json", args.json)
     config = load_config(args.config)
-    label, python, env, repo, host = _target(args, config)
+    chosen = app.probe_target(config, args.engine, args.host)
+    label, python, env, repo, host = chosen.label, chosen.python, chosen.env, chosen.repo, chosen.host
     if args.watch:
-        return await _watch(args, config, console, label, python, host)
+        return await _watch(args, config, console, chosen)
     async with open_host(config, host) as target:
         with console.status(f"probing {host} ({target.where}) with {python}"):
             snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target)
@@ -280,44 +260,17 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-async def _watch(args: argparse.Namespace, config: core.Config, console: Console, label: str, python: str,
-                 host: str) -> int:
+async def _watch(args: argparse.Namespace, config: core.Config, console: Console, target: app.ProbeTarget) -> int:
     """``specperf env --watch SECONDS``: the window monitor alone, judged as a trial would be."""
-    cpus = config.engine(args.engine or next(iter(config.engines))).cpus if config.engines else None
-    async with open_host(config, host) as target:
-        monitor = core.WindowMonitor(target, python, -1, cpus)
-        with console.status(f"watching host {host} ({target.where}) for {args.watch:g} s"):
-            await monitor.open()
-            await monitor.start()
-            await asyncio.sleep(args.watch)
-            window = await monitor.stop()
-    if "error" in window:
-        raise core.HostError(window["error"])
-    judged = core.judge_window(window, config.compare.disturbance)
-    print_window(console, window, f"host {host} for {window['window_s']:.1f} s (with {label})", judged)
-    if judged.disturbed:
-        console.print(Text("a trial measured now would be DISTURBED: ", style="bold yellow")
-                      + Text("; ".join(judged.reasons)))
-    else:
-        console.print(Text("quiet: a trial measured now would not be judged disturbed", style="green"))
-    out = args.json or data_dir() / "env" / f"watch-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"
+    async with open_host(config, target.host) as host:
+        with console.status(f"watching host {target.host} ({host.where}) for {args.watch:g} s"):
+            result = await app.watch(config, host, target, args.watch)
+    window, judged = result.window, result.judged
+    print_window(console, window, f"host {target.host} for {window['window_s']:.1f} s (with {target.label})", judged)
+    console.print(Text(watch_verdict(judged), style="bold yellow" if judged.disturbed else "green"))
+    out = args.json or data_dir() / "env" / f"watch-{target.host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"
     write_json(out, {"window": window, "disturbed": judged.to_dict()}, console, "window written to")
     return 0
-
-
-def window_rows(window: dict, judged: core.Disturbance) -> list[tuple[str, str]]:
-    """(figure, value) rows of a window monitor's document, as the terminal and Slack show them;
-    the engine's CPUs' foreign share is the one ``judged`` (:func:`core.judge_window` of this
-    window) was decided on, so the table and the verdict line say the same number."""
-    cpu, cpus, memory = window["cpu"], window["engine_cpus"], window["memory"]
-    total, unattributed = judged.engine_cpus_foreign_share or 0.0, judged.engine_cpus_unattributed_share or 0.0
-    return [(f"other processes on the engine's CPUs ({','.join(map(str, cpus))})", f"{total:.0%}"),
-            ("  of which short-lived (not attributed to a pid)",
-             f"{unattributed:.0%} ({cpu['engine_cpus_unattributed_s']:.2f} CPU-s)"),
-            (f"other processes on all {window['host_cpus']} CPUs", f"{cpu['host_foreign_share']:.0%}"),
-            ("steal (hypervisor) on the engine's CPUs", f"{cpu.get('engine_cpus_steal_share') or 0:.0%}"),
-            ("available memory, lowest", _v(memory.get("available_min_mib"), " MiB")),
-            ("swapped in / out", f"{memory.get('swap_in_mib', 0):g} / {memory.get('swap_out_mib', 0):g} MiB")]
 
 
 def print_window(console: Console, window: dict, title: str, judged: core.Disturbance) -> None:

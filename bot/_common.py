@@ -4,6 +4,7 @@ config, opening hosts and the database, and number formatting (the configuration
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -165,3 +166,41 @@ def disturbed_lines(report: dict) -> list[str]:
             role = "commit" if row["role"] == "head" else "base"
             lines.append(f"launch {row['seq']} ({row['mode']} {role}, {fate}): disturbed: " + "; ".join(row["disturbed"]))
     return lines
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse type: a number of seconds in (0, 3600] (a watch's length).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 3600")
+    return value
+
+
+def window_rows(window: dict, judged: core.Disturbance) -> list[tuple[str, str]]:
+    """(figure, value) rows of a window monitor's document, the same in the terminal and in
+    Slack; the engine's CPUs' foreign share is the one ``judged`` (:func:`core.judge_window` of
+    this window) was decided on, so the table and the verdict line say the same number."""
+    cpu, cpus, memory = window["cpu"], window["engine_cpus"], window["memory"]
+    total, unattributed = judged.engine_cpus_foreign_share or 0.0, judged.engine_cpus_unattributed_share or 0.0
+    return [(f"other processes on the engine's CPUs ({','.join(map(str, cpus))})", f"{total:.0%}"),
+            ("  of which short-lived (not attributed to a pid)",
+             f"{unattributed:.0%} ({cpu['engine_cpus_unattributed_s']:.2f} CPU-s)"),
+            (f"other processes on all {window['host_cpus']} CPUs", f"{cpu['host_foreign_share']:.0%}"),
+            ("steal (hypervisor) on the engine's CPUs", f"{cpu.get('engine_cpus_steal_share') or 0:.0%}"),
+            ("available memory, lowest", "-" if memory.get("available_min_mib") is None
+             else f"{memory['available_min_mib']} MiB"),
+            ("swapped in / out", f"{memory.get('swap_in_mib', 0):g} / {memory.get('swap_out_mib', 0):g} MiB")]
+
+
+def watch_verdict(judged: core.Disturbance) -> str:
+    """The one line a watch ends with: DISTURBED and why, or quiet."""
+    if judged.disturbed:
+        return "a trial measured now would be DISTURBED: " + "; ".join(judged.reasons)
+    return "quiet: a trial measured now would not be judged disturbed"

@@ -1,6 +1,8 @@
 """The bot's job queue: jobs live in the database (storage), one worker per host takes them
 in order, one at a time per host, under the host's lock (the CLI's too), and runs each as a
-compare or a bisect (``Job.kind``). A Slurm host's worker submits each compare to Slurm at once
+compare, a calibrate (an A/A compare stored as the host's calibration), a bisect, or a watch
+(the per-trial window monitor alone, under the same lock; it records no run, and its window is
+saved as ``specperf env --watch`` saves one) (``Job.kind``). A Slurm host's worker submits each compare to Slurm at once
 (:mod:`bot._slurm`): Slurm queues and places them, side by side on separate nodes; a job whose
 Slurm job Slurm ended early (time limit, preemption, node failure) is queued again once or
 failed, as after a crash.
@@ -43,9 +45,12 @@ CLI's), and each job it left running is marked interrupted, then queued again on
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -54,7 +59,7 @@ import storage
 from bot import _app as app
 from bot import _slurm as slurm
 from bot._app import trial_line
-from bot._common import open_host, owner_alive
+from bot._common import data_dir, open_host, owner_alive
 from bot._runs import reconcile_runs
 
 log = logging.getLogger("specperf.bot")
@@ -82,11 +87,11 @@ async def every(interval_s: float, step, what: str) -> None:
 class Notifier:
     """What the queue tells a front end; every method is optional (no-op here) and must not raise."""
 
-    async def job_started(self, job: storage.Job, run_id: int) -> None: ...
+    async def job_started(self, job: storage.Job, run_id: int | None) -> None: ...  # None: a watch
     async def job_resumed(self, job: storage.Job, run_id: int) -> None: ...  # followed again after a restart
     def progress(self, job: storage.Job, message: str) -> None: ...
     async def job_finished(self, job: storage.Job, run_id: int | None,
-                           result: core.CompareResult | core.BisectResult | None,
+                           result: core.CompareResult | core.BisectResult | app.WatchResult | None,
                            error: str | None) -> None: ...
     async def job_cancelled(self, job: storage.Job, reason: str) -> None: ...
     async def job_reconciled(self, job: storage.Job, status: str, reason: str) -> None: ...
@@ -130,16 +135,40 @@ class JobBisectProgress(core.BisectObserver):
                                          f"{step.evidence()} -> {step.outcome}")
 
 
+COMPARE_KINDS = ("compare", "calibrate")  # jobs that run one compare (a calibrate: an A/A one)
+
+
 def compare_request(config: core.Config, job: storage.Job, host: core.Host) -> core.CompareRequest:
     """The compare a job asks for: its engine (on the job's host), workload and modes;
-    ``args["rounds"]`` N fixes the launches per arm and mode at 2N (N ABBA rounds).
+    ``args["rounds"]`` N fixes the launches per arm and mode at 2N (N ABBA rounds), and
+    ``args["launches"]`` (a calibrate job) at that number.
 
     Raises:
         core.ConfigError: the engine, workload or a mode is no longer in the config.
     """
     choice = app.choose(config, job.engine_name, job.workload_name, job.host)
+    launches = job.args.get("launches")
+    settings = app.compare_settings(config, rounds=job.args.get("rounds"), min_trials=launches, max_trials=launches)
     return app.compare_request(config, choice, host, job.args["head_ref"], job.args.get("base_ref"),
-                               list(job.args["modes"]), app.compare_settings(config, rounds=job.args.get("rounds")))
+                               list(job.args["modes"]), settings)
+
+
+def save_watch(result: app.WatchResult, host: str) -> Path:
+    """Save a watch's window and judgement as ``specperf env --watch`` does (``{"window",
+    "disturbed"}``, under the data directory's ``env/``); the path."""
+    path = data_dir() / "env" / f"watch-{host}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"window": result.window, "disturbed": result.judged.to_dict()}, indent=2))
+    return path
+
+
+def watch_target(config: core.Config, job: storage.Job) -> app.ProbeTarget:
+    """What a watch job runs the window monitor with: its engine's Python and CPUs on its host.
+
+    Raises:
+        core.ConfigError: the engine or host is no longer in the config.
+    """
+    return app.probe_target(config, job.engine_name, job.host)
 
 
 class JobQueue:
@@ -429,19 +458,27 @@ class JobQueue:
 
     async def _run(self, job: storage.Job, adopted_run: int | None = None) -> None:
         run_id, claimed_at = adopted_run, job.started_at
-        result: core.CompareResult | core.BisectResult
+        result: core.CompareResult | core.BisectResult | app.WatchResult
         try:
             host = self.host(job.host)
             # the same lock as the CLI's: a terminal compare on this host makes the job wait
             session = app.Session(f"bot job {job.id}", on_wait=lambda message: self.notifier.progress(job, message))
 
-            async def started(new_run_id: int) -> None:
+            async def started(new_run_id: int | None) -> None:  # None: a watch, which records no run
                 nonlocal job, run_id
                 run_id = new_run_id
-                job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
+                if run_id is not None:
+                    job = await asyncio.to_thread(storage.update_job, self.db, job.id, run_id=run_id)
                 await self._notify(self.notifier.job_started(job, run_id))
 
-            if job.kind == "bisect":
+            calibration = {"calibration": job.args["calibration"]} if job.args.get("calibration") else None
+            if job.kind == "watch":
+                await started(None)
+                result = await app.watch(self.config, host, watch_target(self.config, job), float(job.args["seconds"]),
+                                         session, tick=lambda s: self.notifier.progress(
+                                             job, f"watching: {s:.0f} of {float(job.args['seconds']):g} s"))
+                result.path = str(await asyncio.to_thread(save_watch, result, job.host))
+            elif job.kind == "bisect":
                 choice = app.choose(self.config, job.engine_name, job.workload_name, job.host)
                 bisect = app.bisect_request(self.config, choice, host, job.args["good_ref"], job.args["bad_ref"],
                                             job.args["mode"])
@@ -457,7 +494,7 @@ class JobQueue:
                     shas = (job.args["base_sha"], job.args["head_sha"])
                     run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
                                                         JobProgress(job, self.notifier), on_run=started,
-                                                        detach=self._detaching)
+                                                        extra=calibration, detach=self._detaching)
                 stored = await self.retrying(storage.load_run, self.db, run_id, job=job)
                 run = stored.run
                 if slurm.killed_by_slurm(run):
@@ -472,7 +509,7 @@ class JobQueue:
                 request = compare_request(self.config, job, host)
                 shas = (job.args["base_sha"], job.args["head_sha"])
                 _, result = await app.compare(self.config, self.db, request, shas, session,
-                                              JobProgress(job, self.notifier), on_run=started)
+                                              JobProgress(job, self.notifier), on_run=started, extra=calibration)
         except asyncio.CancelledError:
             if job.id in self._fenced:
                 await self._lease_lost(job, run_id, claimed_at)
@@ -522,7 +559,7 @@ class JobQueue:
         """When the bot stops cleanly while ``job`` follows a submitted Slurm job: leave the job
         running (owned by this process, whose lease ends with it) for the next bot to follow
         again (:meth:`reconcile`), say so in its thread, and return True."""
-        if job.kind != "compare" or run_id is None or job.id in self._fenced or not self._stopping:
+        if job.kind not in COMPARE_KINDS or run_id is None or job.id in self._fenced or not self._stopping:
             return False
         stored = await asyncio.to_thread(storage.load_run, self.db, run_id)
         slurm_job = (stored.run.settings.get("slurm") or {}) if stored else {}
@@ -539,7 +576,7 @@ class JobQueue:
         stopped or died after submitting it): claim the job and run it as :meth:`_run` with the
         run's Slurm job, which then relays its progress and posts its verdict, or settles it at
         once from Slurm's record when it already ended. False when it is not such a job."""
-        if job.kind != "compare" or job.run_id is None or self.config.hosts.get(job.host) is None \
+        if job.kind not in COMPARE_KINDS or job.run_id is None or self.config.hosts.get(job.host) is None \
                 or self.config.hosts[job.host].kind != "slurm":
             return False
         stored = await asyncio.to_thread(storage.load_run, self.db, job.run_id)

@@ -9,7 +9,8 @@ Limits kept: a header's text at most 150 characters, a section's text at most 30
 from __future__ import annotations
 
 import storage
-from bot._common import disturbed_lines, fmt, speedup_text
+from bot._app import WatchResult
+from bot._common import disturbed_lines, fmt, speedup_text, watch_verdict, window_rows
 
 _EMOJI = {"REGRESSION": ":red_circle:", "IMPROVEMENT": ":large_green_circle:", "NO CHANGE": ":white_circle:",
           "INCONCLUSIVE": ":large_yellow_circle:"}
@@ -46,10 +47,11 @@ def summary_line(stored: storage.StoredRun, report: dict) -> str:
             + ", ".join(parts))
 
 
-def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
+def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[str] | None = None) -> list[dict]:
     """The verdict message: a header; per mode a table (base and commit tok/s, change with its
     95% interval, verdict, acceptance length, ms per step) and the verdict's reason; per
     speculative mode its speedup over baseline on each side and the change of that speedup;
+    a calibration's lines (``calibration``: :func:`bot._app.calibration_lines`, one per mode);
     a busy host at the top; the disturbed launches; a context line with host, SHAs, launches per
     arm, where the benchmark client ran (unless local) and any environment difference between the arms.
     """
@@ -79,6 +81,10 @@ def verdict_blocks(stored: storage.StoredRun, report: dict) -> list[dict]:
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):
             blocks.append(_text(f"*{mode} speedup over baseline*: {parts}"))
+    if calibration:
+        blocks.append(_text("*calibration* (A/A: both arms are the same commit)\n" + "\n".join(calibration)
+                            + f"\nstored as the calibration of `{run.engine_name}` on host `{run.host}` with workload "
+                              f"`{run.workload_name}`: compare plans its first round and words INCONCLUSIVE with it"))
     launches = max((e["base"]["trials"] for e in report["modes"].values()), default=0)
     context = (f"host `{run.host}` | engine `{run.engine_name}` | commit `{run.head_sha[:12]}` ({run.head_ref}) | "
                f"base `{run.base_sha[:12]}` ({run.base_ref}) | {launches} launches per arm and mode | run {run.id}")
@@ -135,4 +141,30 @@ def bisect_blocks(run_label: str, result: dict) -> tuple[list[dict], str]:
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
         f"mode {result['mode']}, {len(result['commits'])} commits, {result['compares']} compares{bound}, "
         f"{result['trials']} engine launches" + (f"\n{spend['line']}" if spend else ""))}]})
+    return blocks, text
+
+
+def watch_blocks(run_label: str, host: str, result: WatchResult) -> tuple[list[dict], str]:
+    """(blocks, text fallback) for a finished watch: a header (DISTURBED or QUIET), the window's
+    figures (:func:`bot._common.window_rows`, the terminal's table), the verdict line with
+    every reason, the busiest other processes (at most 5), a line per GPU, and where the window
+    was saved."""
+    window, judged = result.window, result.judged
+    state = "DISTURBED" if judged.disturbed else "QUIET"
+    span = f"{window['window_s']:.1f} s"
+    text = f"{run_label} watch of host {host} ({span}): {watch_verdict(judged)}"
+    rows = "\n".join(f"{name.strip()}: *{value}*" for name, value in window_rows(window, judged))
+    blocks: list[dict] = [
+        {"type": "header", "text": {"type": "plain_text", "text": f"{state}: host {host}, {span} watched"[:150]}},
+        _text(f"{':large_yellow_circle:' if judged.disturbed else ':white_circle:'} {watch_verdict(judged)}"),
+        _text(f"*window* (with {result.target.label})\n{rows}")]
+    procs = [f"pid {p['pid']} ({p.get('user') or '-'}): {p['engine_cpus_cpu_s']:.2f} CPU-s on the engine's CPUs, "
+             f"{p['cpu_s']:.2f} CPU-s in all: `{(p.get('command') or '-')[:100]}`" for p in window["foreign_processes"][:5]]
+    if procs:
+        blocks.append(_text("*busiest other processes*\n" + "\n".join(procs)))
+    gpu = window["gpu"]
+    gpus = [f"GPU{d['index']}: SM clock min {d['sm_clock_mhz_min']} / median {d['sm_clock_mhz_median']} MHz"
+            for d in gpu.get("devices", [])] if gpu.get("available") else [f"GPUs: none read ({gpu.get('reason')})"]
+    context = "\n".join(gpus) + (f"\nwindow saved to {result.path}" if result.path else "")
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:3000]}]})
     return blocks, text

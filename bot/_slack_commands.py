@@ -11,22 +11,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import core
-
-HELP = """*specperf* measures whether a commit moved LLM serving throughput.
-`/specperf compare <commit> [--base REF] [--host H] [--engine E] [--modes baseline,eagle3] [--rounds N]` queue a compare
-`/specperf bisect <good> <bad> [--mode M] [--host H] [--engine E]` find the commit of a regression (or say there is none)
-`/specperf status [job]` a job's state (default: the running ones)
-`/specperf queue` the queued and running jobs per host
-`/specperf cancel <job>` cancel a queued job, or stop a running one (its engine is stopped)
-`/specperf history [engine]` the newest runs and their verdicts
-`/specperf env [host]` probe a host's environment and run the checks
-`/specperf help` this text"""
+from bot._common import seconds_arg
 
 MAX_COMMAND_CHARS = 2000  # a command is a line; Slack's own limit on slash-command text is about 4,000
-SUBCOMMANDS = ("compare", "bisect", "status", "queue", "cancel", "history", "env", "help")
 
 
 class UsageError(Exception):
@@ -79,42 +70,111 @@ def _job_id(text: str) -> int:
     return int(text)
 
 
+def _percent(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("commit", type=_ref)
+    p.add_argument("--base", type=_ref)
+    p.add_argument("--host", type=_name)
+    p.add_argument("--engine", type=_name)
+    p.add_argument("--modes", type=_modes)
+    p.add_argument("--rounds", type=_positive, help="exactly N ABBA rounds (2N launches per arm and mode)")
+
+
+def _calibrate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--commit", type=_ref, default="HEAD")
+    p.add_argument("--host", type=_name)
+    p.add_argument("--engine", type=_name)
+    p.add_argument("--modes", type=_modes)
+    p.add_argument("--launches", type=_positive, default=6)
+    p.add_argument("--change-pct", type=_percent, default=5.0)
+    p.add_argument("--power", type=_percent, default=0.9)
+
+
+def _watch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("seconds", type=seconds_arg, nargs="?", default=30.0)
+    p.add_argument("--host", type=_name)
+    p.add_argument("--engine", type=_name)
+
+
+def _bisect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("good", type=_ref)
+    p.add_argument("bad", type=_ref)
+    p.add_argument("--mode", type=_name)
+    p.add_argument("--host", type=_name)
+    p.add_argument("--engine", type=_name)
+
+
+def _optional(dest: str, kind) -> Callable[[argparse.ArgumentParser], object]:
+    return lambda p: p.add_argument(dest, type=kind, nargs="?")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One ``/specperf`` command: what it does (``summary``), one ``example`` of its text, its
+    arguments (``add_args(parser)``), and whether it becomes a job in the host's queue."""
+
+    summary: str
+    example: str
+    add_args: Callable[[argparse.ArgumentParser], object] | None = None
+    queued: bool = False
+
+
+# The one table of commands: the parser, the dispatcher (SlackCommands._cmd_<name>) and the
+# help text are all built from it, so none of them can leave a command out.
+COMMANDS: dict[str, Spec] = {
+    "compare": Spec("queue a compare of a commit against its base (default: its first parent), a verdict per mode",
+                    "compare 1a2b3c4 --modes baseline,eagle3", _compare_args, queued=True),
+    "calibrate": Spec("queue A/A launches of one commit: this host's launch-to-launch spread per mode, and the margin "
+                      "and launches a compare needs; stored as the host's calibration",
+                      "calibrate --commit main --launches 6", _calibrate_args, queued=True),
+    "watch": Spec("queue the per-trial window monitor alone for SECONDS (default 30): what on the host would "
+                  "disturb a measurement now", "watch 60 --host h200-a", _watch_args, queued=True),
+    "bisect": Spec("queue a bisect: the commit of a regression between GOOD and BAD (or that there is none)",
+                   "bisect v0.5.0 main --mode eagle3", _bisect_args, queued=True),
+    "status": Spec("a job's state (default: the running ones)", "status 12", _optional("job", _job_id)),
+    "queue": Spec("the queued and running jobs per host", "queue"),
+    "cancel": Spec("cancel a queued job, or stop a running one (its engine is stopped)", "cancel 12",
+                   lambda p: p.add_argument("job", type=_job_id)),
+    "history": Spec("the newest runs and their verdicts", "history sglang-k2", _optional("engine", _name)),
+    "env": Spec("probe a host's environment and run the checks", "env h200-a", _optional("host", _name)),
+    "help": Spec("this list", "help"),
+}
+SUBCOMMANDS = tuple(COMMANDS)
+QUEUED = tuple(name for name, spec in COMMANDS.items() if spec.queued)
+
+
 def _build() -> _Parser:
     parser = _Parser(prog="/specperf")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    c = sub.add_parser("compare")
-    c.add_argument("commit", type=_ref)
-    c.add_argument("--base", type=_ref)
-    c.add_argument("--host", type=_name)
-    c.add_argument("--engine", type=_name)
-    c.add_argument("--modes", type=_modes)
-    c.add_argument("--rounds", type=_positive, help="exactly N ABBA rounds (2N launches per arm and mode)")
-    b = sub.add_parser("bisect")
-    b.add_argument("good", type=_ref)
-    b.add_argument("bad", type=_ref)
-    b.add_argument("--mode", type=_name)
-    b.add_argument("--host", type=_name)
-    b.add_argument("--engine", type=_name)
-    s = sub.add_parser("status")
-    s.add_argument("job", type=_job_id, nargs="?")
-    sub.add_parser("queue")
-    k = sub.add_parser("cancel")
-    k.add_argument("job", type=_job_id)
-    h = sub.add_parser("history")
-    h.add_argument("engine", type=_name, nargs="?")
-    e = sub.add_parser("env")
-    e.add_argument("host", type=_name, nargs="?")
-    sub.add_parser("help")
+    for name, spec in COMMANDS.items():
+        command = sub.add_parser(name)
+        if spec.add_args is not None:
+            spec.add_args(command)
     return parser
 
 
 _PARSER = _build()
 
 
+def _help() -> str:
+    lines = ["*specperf* measures whether a commit moved LLM serving throughput. Commands:"]
+    for name, spec in COMMANDS.items():
+        usage = " ".join(_usage(name).split()).removeprefix("/specperf ")
+        lines.append(f"`/specperf {usage}` {spec.summary}; e.g. `/specperf {spec.example}`")
+    return "\n".join(lines)
+
+
 @dataclass
 class Command:
     """A parsed command: ``name`` (one of :data:`SUBCOMMANDS`) and its options (``commit``,
-    ``base``, ``host``, ``engine``, ``modes``, ``rounds``, ``job``), unset ones ``None``."""
+    ``base``, ``host``, ``engine``, ``modes``, ``rounds``, ``job``, ``launches``, ``change_pct``,
+    ``power``, ``seconds``), unset ones ``None``."""
 
     name: str
     options: dict = field(default_factory=dict)
@@ -153,7 +213,11 @@ def parse(text: str) -> Command:
 
 
 def _usage(name: str) -> str:
+    """The usage line of subcommand ``name`` (``/specperf compare [--base BASE] ... commit``)."""
     for action in _PARSER._subparsers._group_actions:
         if name in action.choices:
             return action.choices[name].format_usage().removeprefix("usage: ").strip()
     return _PARSER.format_usage()
+
+
+HELP = _help()  # every command of COMMANDS with its usage and one example

@@ -1,13 +1,14 @@
 """The ``/specperf`` commands of the Slack bot: each one acknowledged first from the text and
 the config alone (parse, resolve the target, authorise against ``[slack.allow]``), then run
-after the ack (git, the database, the queue), audited, and answered ephemerally. Compare and
-bisect become jobs in the host's queue; status, queue, cancel, history and env answer at once.
+after the ack (git, the database, the queue), audited, and answered ephemerally. Compare,
+calibrate, watch and bisect (:data:`bot._slack_commands.QUEUED`) become jobs in the host's queue;
+status, queue, cancel, history and env answer at once; help is the ack itself.
 
 Every command is checked first, from the text and the config alone (parse, authorise); usage
 errors and refusals are the ack's ephemeral text, and nothing is queued for them. A command
 that needs work is then written to the audit table as ``received`` (with what answering it
-needs) before it is acknowledged; git, the queue and the Web API come after the ack. Compare
-and bisect commands are carried out one at a time in the order they were received, so their
+needs) before it is acknowledged; git, the queue and the Web API come after the ack. Queued
+commands are carried out one at a time in the order they were received, so their
 jobs are queued in that order whichever command's git answers first. A
 received command whose bot died before answering it is carried out by the next bot
 (:meth:`SlackCommands.resume`). Every command ends in the audit table (who, what, when,
@@ -28,8 +29,8 @@ from bot import _slurm as slurm
 from bot._common import fmt, owner_alive, pick
 from bot._jobs import JobQueue, compare_request
 from bot._slack_client import reply_via
-from bot._slack_commands import HELP, MAX_COMMAND_CHARS, Command, UsageError, parse
-from bot._slack_notifier import SlackNotifier, queued_by
+from bot._slack_commands import HELP, MAX_COMMAND_CHARS, QUEUED, Command, UsageError, parse
+from bot._slack_notifier import SlackNotifier, job_what, queued_by
 
 log = logging.getLogger("specperf.bot")
 
@@ -69,17 +70,23 @@ class SlackCommands:
             UsageError: an unknown engine or host.
         """
         host = engine = None
-        if cmd.name in ("compare", "bisect"):
+        if cmd.name in QUEUED:
             try:
                 engine = pick(self.config.engines, cmd.engine, "engine")
                 host = cmd.host or self.config.engine(engine).host
                 if cmd.name == "bisect":
                     cmd.options["mode"] = app.bisect_mode(self.config, engine, cmd.mode)
                     cmd.options["modes"] = [cmd.mode]
-                else:
+                elif cmd.name == "calibrate":
+                    cmd.options["goal"] = app.calibration_goal(cmd.launches, cmd.change_pct, cmd.power)
+                    cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
+                elif cmd.name == "compare":
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
             except core.ConfigError as exc:
                 raise UsageError(str(exc)) from None
+            if cmd.name == "watch" and host in self.config.hosts and self.config.hosts[host].kind == "slurm":
+                raise UsageError(f"host {host!r} is a Slurm partition: its nodes are taken per job, so there is no "
+                                 "one machine to watch; watch a host that runs engines itself")
         elif cmd.name == "env":
             host = cmd.host or "local"
         elif cmd.name == "history" and cmd.engine:
@@ -103,7 +110,7 @@ class SlackCommands:
             self._audit(who, text, f"usage error: {str(exc).splitlines()[0]}")
             return
         if cmd.name == "help":
-            await ack(response_type="ephemeral", text=HELP)
+            await ack(response_type="ephemeral", text=HELP)  # every command of COMMANDS, one example each
             self._audit(who, text, "help")
             return
         if not self.slack.allow.allows(who[0], who[1], host, engine):
@@ -138,7 +145,7 @@ class SlackCommands:
         its response URL (``payload``)."""
         try:
             handler = getattr(self, f"_cmd_{cmd.name}")
-            if cmd.name in ("compare", "bisect"):
+            if cmd.name in QUEUED:
                 async with self._queue_in_order:
                     reply, result, job_id = await handler(cmd, who, payload, host, engine)
             else:
@@ -201,6 +208,28 @@ class SlackCommands:
         return await self._queue(job, who, body, f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` "
                                  f"({base_sha[:10]}) on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}")
 
+    async def _cmd_calibrate(self, cmd, who, body, host, engine):
+        """An A/A compare of ``--commit`` with ``--launches`` per arm and mode, stored as the
+        host's calibration: the compare job path with the same commit on both sides."""
+        job = self._job("calibrate", who, body, host, engine,
+                        {"head_ref": cmd.commit, "base_ref": cmd.commit, "modes": cmd.modes, "launches": cmd.launches,
+                         "calibration": cmd.goal})
+        request = compare_request(self.config, job, self.queue.host(host))
+        try:
+            base_sha, head_sha = await core.resolve_refs(request)
+        except core.GitError as exc:
+            return f"usage error: {exc}", f"usage error: {exc}", None
+        job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
+        return await self._queue(job, who, body, f"<@{who[0]}> calibrate `{cmd.commit}` ({head_sha[:10]}) against "
+                                 f"itself on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}, "
+                                 f"{cmd.launches} launches per arm and mode")
+
+    async def _cmd_watch(self, cmd, who, body, host, engine):
+        """The window monitor alone on the host for ``seconds``, as a job in its queue (under its lock)."""
+        job = self._job("watch", who, body, host, engine, {"seconds": cmd.seconds})
+        return await self._queue(job, who, body, f"<@{who[0]}> watch host `{host}` for {cmd.seconds:g} s "
+                                 f"(the window monitor alone, with engine `{engine}`'s Python and CPUs)")
+
     async def _cmd_bisect(self, cmd, who, body, host, engine):
         job = self._job("bisect", who, body, host, engine, {"good_ref": cmd.good, "bad_ref": cmd.bad, "mode": cmd.mode})
         target = self.queue.host(host)
@@ -250,7 +279,7 @@ class SlackCommands:
             return ("no such job" if cmd.job else "no job is running"), "status", None
         lines = []
         for job in jobs:
-            line = (f"job {job.id} ({job.status}): compare `{job.args.get('head_ref')}` on host `{job.host}`, "
+            line = (f"job {job.id} ({job.status}): {job_what(job)} on host `{job.host}`, "
                     f"engine `{job.engine_name}`, by {queued_by(job)}")
             if job.run_id:
                 stored = await self._io(storage.load_run, self.db, job.run_id)
@@ -272,7 +301,7 @@ class SlackCommands:
             return health + "the queue is empty", "queue", None
         by_host: dict[str, list[str]] = {}
         for job in jobs:
-            line = f"job {job.id} {job.status}: `{job.args.get('head_ref')}` ({job.engine_name}) by {queued_by(job)}"
+            line = f"job {job.id} {job.status}: {job_what(job)} ({job.engine_name}) by {queued_by(job)}"
             stored = await self._io(storage.load_run, self.db, job.run_id) if job.run_id else None
             if stored and (slurm_state := await slurm.live_line(self.config, stored.run)):
                 line += f"; {slurm_state}"

@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
+from bot import _app as app
 from bot._common import data_dir
 from bot._jobs import Notifier
 from bot._runs import stored_report
@@ -24,6 +25,7 @@ from bot._slack_blocks import (
     failure_blocks,
     summary_line,
     verdict_blocks,
+    watch_blocks,
 )
 from bot._slack_client import ChannelPacer, reply_via
 
@@ -33,6 +35,17 @@ log = logging.getLogger("specperf.bot")
 def queued_by(job: storage.Job) -> str:
     """Who queued ``job``: a person (``<@U...>``) or a watch."""
     return f"watch `{job.watch}`" if job.watch else f"<@{job.user_id}>"
+
+
+def job_what(job: storage.Job) -> str:
+    """What ``job`` does, for status and queue lines: ``compare `slow```, ``calibrate `HEAD```,
+    ``bisect `good`..`bad```, ``watch 30 s``."""
+    args = job.args or {}
+    if job.kind == "watch":
+        return f"watch {float(args.get('seconds', 0)):g} s"
+    if job.kind == "bisect":
+        return f"bisect `{args.get('good_ref')}`..`{args.get('bad_ref')}`"
+    return f"{job.kind} `{args.get('head_ref')}`"
 
 
 @dataclass
@@ -97,9 +110,10 @@ class SlackNotifier(Notifier):
         if thread.response_url:
             await reply_via(thread.response_url, response_type="in_channel", **kwargs)
 
-    async def job_started(self, job: storage.Job, run_id: int) -> None:
+    async def job_started(self, job: storage.Job, run_id: int | None) -> None:
         thread = await self._thread(job)
-        text = f"job {job.id}: run {run_id} started on host `{job.host}`"
+        text = (f"job {job.id}: run {run_id} started on host `{job.host}`" if run_id is not None else
+                f"job {job.id}: {job.kind} started on host `{job.host}`")
         if thread.thread_ts is None:
             return
         sent = await self.post(thread.channel, thread_ts=thread.thread_ts, text=text)
@@ -161,6 +175,11 @@ class SlackNotifier(Notifier):
         thread = await self._thread(job)
         self.parent_ready.pop(job.id, None)
         label = f"job {job.id}" + (f", run {run_id}" if run_id else "")
+        if isinstance(result, app.WatchResult):
+            blocks, text = watch_blocks(label, job.host, result)
+            await self._final_progress(job.id, "finished: " + text)
+            await self._reply(thread, blocks=blocks, text=text)
+            return
         if isinstance(result, core.BisectResult):
             report = result.to_dict()
             blocks, text = bisect_blocks(label, report)
@@ -177,8 +196,10 @@ class SlackNotifier(Notifier):
         stored = await asyncio.to_thread(storage.load_run, self.db, run_id)
         report, trials = stored_report(stored)
         text = summary_line(stored, report)
+        goal = stored.run.settings.get("calibration")
+        calibration = app.calibration_lines(trials, goal, report["settings"]["alpha"]) if goal else None
         await self._final_progress(job.id, "finished: " + text)
-        await self._reply(thread, blocks=verdict_blocks(stored, report), text=text)
+        await self._reply(thread, blocks=verdict_blocks(stored, report, calibration), text=text)
         title = f"run {run_id}: {stored.run.engine_name} {stored.run.head_sha[:12]} vs {stored.run.base_sha[:12]}"
         chart = data_dir() / "charts" / f"run-{run_id}.png"
         await asyncio.to_thread(core.render_chart, trials, chart, title, report.get("launches"))

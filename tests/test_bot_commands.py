@@ -142,3 +142,31 @@ def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
     storage.record_command(db, "U", "C", "T1", "compare slow", "queued job 1", first.id)
     assert [(c.command, c.result, c.job_id) for c in storage.list_commands(db)][-1] == ("compare slow", "queued job 1",
                                                                                           first.id)
+
+
+def test_help_lists_every_command_the_dispatcher_knows_with_an_example_that_parses():
+    from bot._slack_commands import COMMANDS, HELP, QUEUED, SUBCOMMANDS
+    from bot._slack_handlers import SlackCommands
+
+    handlers = {name.removeprefix("_cmd_") for name in vars(SlackCommands) if name.startswith("_cmd_")}
+    assert handlers | {"help"} == set(SUBCOMMANDS)  # every parsed command has a handler, and back
+    assert {"calibrate", "watch"} <= set(QUEUED) and {"compare", "bisect"} <= set(QUEUED)
+    lines = HELP.splitlines()[1:]
+    assert len(lines) == len(SUBCOMMANDS)
+    for name, line in zip(SUBCOMMANDS, lines, strict=True):
+        assert line.startswith(f"`/specperf {name}")
+        example = line.rsplit("e.g. `/specperf ", 1)[1].rstrip("`")
+        assert example == COMMANDS[name].example and parse(example).name == name
+
+
+def test_calibrate_and_watch_parse_with_their_defaults_and_refuse_bad_values():
+    c = parse("calibrate")
+    assert (c.commit, c.launches, c.change_pct, c.power, c.modes) == ("HEAD", 6, 5.0, 0.9, None)
+    c = parse("calibrate --commit v1 --launches 4 --change-pct 3 --power 0.8 --modes baseline --host h --engine e")
+    assert (c.commit, c.launches, c.change_pct, c.power, c.modes, c.host, c.engine) == \
+        ("v1", 4, 3.0, 0.8, ["baseline"], "h", "e")
+    assert parse("watch").seconds == 30.0 and parse("watch 2.5 --host h").seconds == 2.5
+    for text in ("calibrate --commit 'a;b'", "calibrate --launches x", "calibrate --power high", "watch 0",
+                 "watch 4000", "watch soon", "watch 5 6", "calibrate main"):
+        with pytest.raises(UsageError):
+            parse(text)

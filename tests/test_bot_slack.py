@@ -4,6 +4,7 @@ and 500s where every message still arrives in order and paced, and a channel the
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,127 @@ async def test_a_missing_or_refused_token_stops_the_bot_at_start(tmp_path, repo,
     emulator.script("auth.test", "invalid_auth")
     with pytest.raises(core.ConfigError, match="Slack refused the bot token: invalid_auth"):
         await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
+
+
+async def test_help_lists_every_command_with_an_example(tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
+    from bot._slack_commands import COMMANDS, HELP
+
+    bot = await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
+    try:
+        for text in ("help", ""):
+            ack = await emulator.send_envelope(slash_body(text))
+            assert ack["payload"] == {"text": HELP, "response_type": "ephemeral"}
+        lines = ack["payload"]["text"].splitlines()
+        for name, spec in COMMANDS.items():
+            assert any(line.startswith(f"`/specperf {name}") and line.endswith(f"e.g. `/specperf {spec.example}`")
+                       for line in lines), name
+        assert {"calibrate", "watch"} <= set(COMMANDS)
+        usage = await emulator.send_envelope(slash_body("frobnicate"))
+        assert usage["payload"]["text"].startswith("usage error: unknown command 'frobnicate'")
+        assert "`/specperf calibrate" in usage["payload"]["text"]  # the help text follows
+        await wait_for(lambda: len(storage.list_commands(bot.db)) == 3, 5, what="the audit rows")
+        assert [c.result for c in storage.list_commands(bot.db)][:2] == ["help", "help"]
+    finally:
+        await bot.stop()
+
+
+@pytest.mark.parametrize("text, why", [
+    ("calibrate --launches 1", "usage error: calibrate needs --launches of at least 2"),
+    ("calibrate --power 2", "usage error: calibrate needs --launches of at least 2, --change-pct between 0 and 100 "
+                            "and --power between 0 and 1"),
+    ("calibrate --modes turbo", "usage error: "),
+    ("calibrate --commit '$(touch x)'", "usage error: "),
+    ("watch 0", "usage error: argument seconds: '0' is not a number of seconds between 0 and 3600"),
+    ("watch 5 --host nowhere", "usage error: no host named 'nowhere'"),
+])
+async def test_calibrate_and_watch_mistakes_are_usage_errors_and_queue_nothing(tmp_path, repo, emulator, unused_tcp_port,
+                                                                               monkeypatch, text, why):
+    bot = await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
+    try:
+        ack = await emulator.send_envelope(slash_body(text))
+        assert ack["payload"]["text"].startswith(why)
+        refused = await emulator.send_envelope(slash_body(text.split()[0], user="U_STRANGER"))
+        assert refused["payload"]["text"].startswith("refused:")
+        await wait_for(lambda: len(storage.list_commands(bot.db)) == 2, 5, what="the audit rows")
+        assert storage.list_jobs(bot.db, ("queued", "running", "done", "failed")) == []
+        assert emulator.recorded("chat.postMessage") == []
+    finally:
+        await bot.stop()
+
+
+@pytest.mark.e2e
+async def test_calibrate_and_watch_are_queued_on_the_host_and_answered_in_their_threads(
+        tmp_path, repo, emulator, unused_tcp_port, monkeypatch):
+    import json
+    import re
+
+    from bot import _app as app
+    from bot._common import window_rows
+    from bot._runs import stored_report
+
+    bot = await _bot(tmp_path, repo, emulator, unused_tcp_port, monkeypatch, mode="socket")
+    try:
+        ack = await emulator.send_envelope(slash_body("calibrate --commit slow --modes baseline --launches 2",
+                                                      response_url=emulator.response_url()))
+        assert "working on it" in ack["payload"]["text"]
+        await wait_for(lambda: storage.list_jobs(bot.db, ("queued", "running")), 30, what="the calibrate job")
+        ack = await emulator.send_envelope(slash_body("watch 1.5", response_url=emulator.response_url()))
+        assert "working on it" in ack["payload"]["text"]
+        jobs = await wait_for(lambda: (js := storage.list_jobs(bot.db, ("done", "failed"))) and len(js) == 2 and js,
+                              120, what="both jobs")
+        calibrate, watch = sorted(jobs, key=lambda j: j.id)
+        assert (calibrate.kind, calibrate.status, watch.kind, watch.status) == ("calibrate", "done", "watch", "done"), \
+            (calibrate.reason, watch.reason)
+        assert watch.started_at >= calibrate.finished_at  # one job at a time on the host, in order
+        assert watch.run_id is None  # a watch records no run
+
+        # the calibration: an A/A compare of 2 launches per arm, stored as the host's calibration
+        stored = storage.load_run(bot.db, calibrate.run_id)
+        assert stored.run.base_sha == stored.run.head_sha and len(stored.trials) == 4
+        assert stored.run.settings["calibration"] == {"change_pct": 5.0, "power": 0.9}
+        assert storage.latest_calibration(bot.db, "fake", "local", "default").id == calibrate.run_id
+        report, trials = stored_report(stored)
+        expected = app.calibration_lines(trials, stored.run.settings["calibration"], report["settings"]["alpha"])
+
+        # each job: a parent message in the channel, a progress message in its thread edited in
+        # place, and its answer in the thread
+        await wait_for(lambda: len([p for p in emulator.recorded("chat.postMessage") if p.body.get("blocks")]) == 2,
+                       30, what="both answers")
+        posts = emulator.recorded("chat.postMessage")
+        parents = [p for p in posts if "thread_ts" not in p.body]
+        assert [p.body["channel"] for p in parents] == ["C_ALLOWED"] * 2
+        assert parents[0].body["text"].startswith(f"<@U_ALLOWED> calibrate `slow` ({stored.run.head_sha[:10]}) against "
+                                                  "itself on host `local`")
+        assert f"job {calibrate.id}, next to run" in parents[0].body["text"]
+        assert parents[1].body["text"].startswith("<@U_ALLOWED> watch host `local` for 1.5 s")
+        assert f"job {watch.id}, 1 job(s) ahead" in parents[1].body["text"]
+        for job in (calibrate, watch):
+            job = storage.get_job(bot.db, job.id)
+            in_thread = [p for p in posts if p.body.get("thread_ts") == job.slack["thread_ts"]]
+            assert in_thread[0].body["text"].startswith(f"job {job.id}: ")  # the progress message
+            edits = [c for c in emulator.recorded("chat.update") if c.body["ts"] == job.slack["progress_ts"]]
+            assert edits and "finished" in edits[-1].body["text"]
+        calibrated = next(p for p in posts if p.body.get("thread_ts") == calibrate.slack["thread_ts"]
+                          and p.body.get("blocks"))
+        section = next(b["text"]["text"] for b in calibrated.body["blocks"]
+                       if b["type"] == "section" and b.get("text", {}).get("text", "").startswith("*calibration*"))
+        assert all(line in section for line in expected) and expected[0].startswith("calibration baseline: ")
+
+        watched = next(p for p in posts if p.body.get("thread_ts") == watch.slack["thread_ts"] and p.body.get("blocks"))
+        blocks = watched.body["blocks"]
+        context = blocks[-1]["elements"][0]["text"]
+        saved = json.loads(Path(re.search(r"window saved to (\S+)", context).group(1)).read_text())
+        judged = core.judge_window(saved["window"], bot.config.compare.disturbance)
+        assert saved["disturbed"] == judged.to_dict()
+        state = "DISTURBED" if judged.disturbed else "QUIET"
+        assert blocks[0]["text"]["text"] == f"{state}: host local, {saved['window']['window_s']:.1f} s watched"
+        figures = next(b["text"]["text"] for b in blocks if b["type"] == "section"
+                       and b["text"]["text"].startswith("*window*"))
+        for name, value in window_rows(saved["window"], judged):
+            assert f"{name.strip()}: *{value}*" in figures
+        assert 1.4 <= saved["window"]["window_s"] <= 10
+        audit = [(c.command, c.result) for c in storage.list_commands(bot.db)]
+        assert audit == [("calibrate --commit slow --modes baseline --launches 2", f"queued job {calibrate.id}"),
+                         ("watch 1.5", f"queued job {watch.id}")]
+    finally:
+        await bot.stop()
