@@ -22,20 +22,23 @@ import threading
 from collections.abc import Callable
 
 from core import CompareObserver
+from storage._db import StorageError
 
 _STOP = object()
+MAX_PENDING = 1000  # writes waiting at most: a compare makes about 5 per launch
 
 
 class WriteBehind(CompareObserver):
     """Every hook of ``recorder`` run on a writer thread of its own, in order.
 
-    Call :meth:`drain` (from a thread: ``await asyncio.to_thread(w.drain)``) after the compare
+    At most ``max_pending`` writes wait; one more is a :class:`StorageError` at the hook, never
+    a silent drop. Call :meth:`drain` (from a thread: ``await asyncio.to_thread(w.drain)``) after the compare
     returns: it waits for the queued writes, ends the thread and raises the first write's error.
     """
 
-    def __init__(self, recorder: CompareObserver) -> None:
+    def __init__(self, recorder: CompareObserver, max_pending: int = MAX_PENDING) -> None:
         self.recorder = recorder
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue = queue.Queue(max_pending)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._write, name="specperf-run-writer", daemon=True)
         self._thread.start()
@@ -51,10 +54,19 @@ class WriteBehind(CompareObserver):
         self._queue.task_done()
 
     def _put(self, write: Callable[[], None]) -> None:
-        """Queue ``write``; first raise the error of an earlier write, if one failed."""
+        """Queue ``write``; first raise the error of an earlier write, if one failed.
+
+        Raises:
+            StorageError: ``max_pending`` writes are already waiting (the database has taken
+                none for that long); the compare stops rather than drop a write.
+        """
         if self._error is not None:
             raise self._error
-        self._queue.put(write)
+        try:
+            self._queue.put_nowait(write)
+        except queue.Full:
+            raise StorageError(f"the database has taken none of the last {self._queue.maxsize} writes of this run; "
+                               "check that it is reachable and not locked, then run the compare again") from None
 
     def drain(self, raise_error: bool = True) -> None:
         """Wait until every queued write is done, end the writer thread, and raise the first
