@@ -246,7 +246,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         with console.status(f"probing {host} ({target.where}) with {python}"):
             snapshot = await core.probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target)
             holders = await core.gpu_holders(target, snapshot)
-    checks = core.run_checks(snapshot, under_load=args.under_load)
+    checks = core.run_checks(snapshot, under_load=args.under_load, engine_cpus=chosen.cpus)
     console.print(f"env snapshot of host {host} with {label} ({python}): "
                   f"{snapshot['kind']} probe, {snapshot['wall_s']:.2f} s")
     print_snapshot(console, snapshot, checks, args.under_load)

@@ -333,7 +333,7 @@ class SlackCommands:
         python, env, label = (engines[0][1].python, dict(engines[0][1].env), f"engine {engines[0][0]}") if engines \
             else ("python3", {}, "the system python")
         snapshot = await core.probe_async(python, cheap=False, env=env, host=self.queue.host(host))
-        checks = core.run_checks(snapshot, under_load=False)
+        checks = core.run_checks(snapshot, under_load=False, engine_cpus=engines[0][1].cpus if engines else None)
         lines = [(f"env of host `{host}` with {label} ({snapshot['kind']} probe, {fmt(snapshot['wall_s'], 2)} s): "
                   f"worst {core.worst(checks)}")]
         lines += [f"{c.status} {c.name}: {c.line}" for c in checks]

@@ -139,7 +139,7 @@ async def check_host(config: Config, host: str | None = None, *, engine: str | N
     async with _host(config, host, workdir) as target:
         python = spec.python if spec else config.hosts[host].python
         snapshot = await probe_async(python, cheap=False, env=dict(spec.env) if spec else {}, host=target)
-    return HostReport(host, snapshot, run_checks(snapshot, under_load=under_load))
+    return HostReport(host, snapshot, run_checks(snapshot, under_load=under_load, engine_cpus=spec.cpus if spec else None))
 
 
 async def triage_range(config: Config, good: str, bad: str, *, engine: str | None = None,

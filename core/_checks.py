@@ -22,6 +22,9 @@ clock events           HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW pow
                        power cap); idle 0x1 and the rest: PASS
 pcie link              under load only (links train down when idle): below the max generation or
                        width: FAIL
+gpu links              several engine GPUs: an NVLink link down: FAIL; a pair without P2P read
+                       while other pairs have it, or no pair with P2P: WARN (probe's topology)
+numa affinity          an engine pinned (``cpus``) to no CPU of a GPU's NVML CPU affinity: WARN
 foreign processes      a compute process on an engine GPU whose pid is not in ``own_pids``: FAIL
 ecc                    volatile uncorrected errors or a failed row remap: FAIL; a row remap or
                        page retirement pending (needs a GPU reset): WARN
@@ -310,7 +313,65 @@ def _uniformity(devices: list[dict], under_load: bool) -> list[Check]:
     return rows or [Check("gpu uniformity", CheckStatus.PASS, same)]
 
 
-def _gpu_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int]) -> list[Check]:
+def _parse_cpu_list(text: str) -> set[int]:
+    """A Linux cpulist ("0-2,5") as a set of CPU numbers."""
+    cpus: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def _links_between(gpu: Mapping, devices: list[dict]) -> list[Check]:
+    """NVLink links down on a GPU, and pairs of the engine's GPUs without P2P while other pairs
+    have it (NCCL then routes that pair through host memory, and the slowest pair sets an
+    allreduce's time). One GPU: nothing to judge."""
+    if len(devices) < 2:
+        return [Check("gpu links", CheckStatus.PASS, f"{_names(devices)}: one GPU, no links between GPUs")]
+    rows = []
+    for d in devices:
+        total, active = d.get("nvlink_links"), d.get("nvlink_links_active")
+        if total and active is not None and active < total:
+            rows.append(Check("gpu links", CheckStatus.FAIL, f"GPU{d['index']}: {active} of {total} NVLink links up",
+                              d["index"]))
+    indices = {d["index"] for d in devices}
+    pairs = {tuple(int(i) for i in key.split("-")): pair for key, pair in (gpu.get("topology") or {}).items()}
+    mine = {ij: pair for ij, pair in pairs.items() if set(ij) <= indices}
+    without = sorted(ij for ij, pair in mine.items() if pair.get("p2p_read") not in (None, "OK"))
+    if without and len(without) < len(mine):
+        rows += [Check("gpu links", CheckStatus.WARN,
+                       f"GPU{i}-GPU{j}: no P2P ({mine[(i, j)]['p2p_read']}) while other pairs have it; "
+                       f"link {mine[(i, j)].get('link')}", i) for i, j in without]
+    elif without:
+        rows.append(Check("gpu links", CheckStatus.WARN, f"{_names(devices)}: no P2P between any pair "
+                                                         f"({mine[without[0]]['p2p_read']}): NCCL goes through host memory"))
+    if rows:
+        return rows
+    kinds = sorted({str(pair.get("link")) for pair in mine.values()})
+    return [Check("gpu links", CheckStatus.PASS, f"{_names(devices)}: every NVLink link up, P2P between every pair"
+                                                 + (f" (links: {', '.join(kinds)})" if kinds else ""))]
+
+
+def _numa(devices: list[dict], engine_cpus: Collection[int] | None) -> list[Check]:
+    """An engine pinned (``cpus``) to no CPU of a GPU's NUMA affinity: every host-to-GPU copy and
+    kernel launch then crosses the socket interconnect. Unpinned engines are not judged."""
+    if not engine_cpus:
+        return []
+    pinned = set(engine_cpus)
+    rows = []
+    for d in devices:
+        if d.get("cpu_affinity") and not pinned & _parse_cpu_list(d["cpu_affinity"]):
+            node = f"NUMA node {d['numa_node']}" if d.get("numa_node") is not None else "its NUMA node"
+            rows.append(Check("numa affinity", CheckStatus.WARN,
+                              f"GPU{d['index']} is close to CPUs {d['cpu_affinity']} ({node}); the engine is pinned "
+                              f"to CPUs {','.join(map(str, sorted(pinned)))}", d["index"]))
+    if rows or not any(d.get("cpu_affinity") for d in devices):
+        return rows
+    return [Check("numa affinity", CheckStatus.PASS, f"{_names(devices)}: the engine's CPUs are on its GPUs' NUMA nodes")]
+
+
+def _gpu_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int],
+                engine_cpus: Collection[int] | None) -> list[Check]:
     gpu = snapshot.get("gpu") or {}
     if "error" in gpu:
         return [Check("gpu", CheckStatus.WARN, f"gpu section of the probe failed: {gpu['error']}; GPU checks not run")]
@@ -337,6 +398,8 @@ def _gpu_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int]) 
     rows += _per_gpu("pcie link", devices, _pcie(under_load),
                      "links at their max under load" if under_load
                      else f"{idle_note}, links train down when idle (now {_links(devices)})")
+    rows += _links_between(gpu, devices)
+    rows += _numa(devices, engine_cpus)
     rows += _foreign(devices, own_pids)
     rows += _per_gpu("ecc", devices, _ecc, "no uncorrected ECC errors, no remap or retirement pending")
     rows += _per_gpu("persistence mode", devices, _persistence, "persistence mode on")
@@ -389,7 +452,8 @@ def _system_checks(snapshot: Mapping, own_pids: Collection[int]) -> list[Check]:
     return rows
 
 
-def run_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int] = ()) -> list[Check]:
+def run_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int] = (),
+               engine_cpus: Collection[int] | None = None) -> list[Check]:
     """Judge one snapshot.
 
     Args:
@@ -398,9 +462,12 @@ def run_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int] = 
             are judged only then).
         own_pids: pids that belong to the measured engine; their GPU compute processes and CPU
             use are not foreign.
+        engine_cpus: the CPUs the engine is pinned to (its config's ``cpus``), judged against its
+            GPUs' NUMA affinity; ``None``: not pinned, not judged.
 
     Returns:
-        The checks in a fixed order (gpu, p-state, clock events, pcie link, foreign processes,
+        The checks in a fixed order (gpu, p-state, clock events, pcie link, gpu links, numa
+        affinity, foreign processes,
         ecc, persistence mode, mig, gpu uniformity, temperature, cpu governor, busy processes,
         memory); a cheap snapshot lacks the host-only ones it has no data for.
 
@@ -410,4 +477,4 @@ def run_checks(snapshot: Mapping, under_load: bool, own_pids: Collection[int] = 
     if not isinstance(snapshot, Mapping) or "gpu" not in snapshot or "system" not in snapshot:
         raise ValueError("run_checks needs a snapshot from core.probe (a mapping with gpu and system sections)")
     own = set(own_pids)
-    return _gpu_checks(snapshot, under_load, own) + _system_checks(snapshot, own)
+    return _gpu_checks(snapshot, under_load, own, engine_cpus) + _system_checks(snapshot, own)

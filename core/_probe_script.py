@@ -44,9 +44,13 @@ Output (stdout, one JSON object; anything the imported modules print goes to std
             utilization_gpu_pct, utilization_mem_pct,
             processes: [{pid, memory_mib, user, command}]  (compute processes; user and
                 command are null when the pid is not visible from here),
-            nvlink_links_active, nvlink_links (full probe only),
+            nvlink_links_active, nvlink_links, numa_node (sysfs), cpu_affinity (a cpulist,
+                "0-55,112-167", from NVML) (full probe only),
             unavailable: {field: reason}  (the field is null; reason is the NVML error name,
-                e.g. "NotSupported") ]}
+                e.g. "NotSupported") ],
+          topology (full probe, 2 GPUs or more): {"i-j": {link ("NVLink" or the PCIe common
+                ancestor as nvidia-smi topo -m names it: PIX, PXB, PHB, NODE, SYS),
+                p2p_read, p2p_write, nvlink_p2p ("OK" or NVML's reason), unavailable?}}}
     software: {python: {version, executable, prefix, implementation},
                torch: {version, path, cuda, hip, cudnn, cudnn_code, git_version, source,
                        import_s?, error?},
@@ -323,7 +327,77 @@ def _gpu_readings(nv, source, cheap):
     count = get("device_count", nv.nvmlDeviceGetCount)
     out["device_count"] = count
     out["devices"] = [_device(nv, i, cheap) for i in range(count or 0)]
+    if not cheap and (count or 0) > 1:
+        out["topology"] = _topology(nv, count)
     return out
+
+
+# nvmlGpuTopologyLevel_t (nvml.h) as nvidia-smi topo -m names it: the closest common ancestor
+# of two GPUs on the PCIe tree
+TOPOLOGY_LEVELS = ((0, "same board"), (10, "PIX"), (20, "PXB"), (30, "PHB"), (40, "NODE"), (50, "SYS"))
+# nvmlGpuP2PStatus_t (nvml.h)
+P2P_STATUS = ((0, "OK"), (1, "chipset not supported"), (2, "GPU not supported"), (3, "IOH topology not supported"),
+              (4, "disabled by regkey"), (5, "not supported"), (6, "unknown"))
+
+
+def _topology(nv, count):
+    """Per pair of GPUs ``"i-j"`` (i < j): ``link`` (``NVLink`` when NVML reports NVLink P2P
+    between them, else the PCIe common ancestor as nvidia-smi topo -m names it: PIX, PXB, PHB,
+    NODE, SYS), ``p2p_read``, ``p2p_write`` (``OK`` or NVML's reason) and ``nvlink_p2p``."""
+    pairs = {}
+    handles = []
+    for i in range(count):
+        try:
+            handles.append(nv.nvmlDeviceGetHandleByIndex(i))
+        except nv.NVMLError:
+            handles.append(None)
+    for i in range(count):
+        for j in range(i + 1, count):
+            if handles[i] is None or handles[j] is None:
+                continue
+            unavailable = {}
+            get = _getter(nv, unavailable)
+            pair = {}
+            for key, index in (("p2p_read", "NVML_P2P_CAPS_INDEX_READ"), ("p2p_write", "NVML_P2P_CAPS_INDEX_WRITE"),
+                               ("nvlink_p2p", "NVML_P2P_CAPS_INDEX_NVLINK")):
+                caps = getattr(nv, index, None)
+                caps = caps[0] if isinstance(caps, tuple) else caps  # nvidia-ml-py defines READ as (0,)
+                status = get(key, nv.nvmlDeviceGetP2PStatus, handles[i], handles[j], caps)
+                pair[key] = None if status is None else dict(P2P_STATUS).get(status, str(status))
+            level = get("link", nv.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
+            pair["link"] = "NVLink" if pair["nvlink_p2p"] == "OK" else \
+                None if level is None else dict(TOPOLOGY_LEVELS).get(level, str(level))
+            if unavailable:
+                pair["unavailable"] = unavailable
+            pairs["%d-%d" % (i, j)] = pair
+    return pairs
+
+
+def _cpu_list(cpus):
+    """Sorted CPU numbers as a Linux cpulist: [0, 1, 2, 5] -> "0-2,5"."""
+    ranges = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges)
+
+
+def _affinity(nv, h, get, bus_id):
+    """(the GPU's NUMA node from sysfs or None, its CPU affinity as a cpulist from NVML or None)."""
+    node = None
+    if bus_id:  # NVML's 00000000:3B:00.0 is sysfs's 0000:3b:00.0
+        domain, rest = bus_id.split(":", 1)
+        text = _read("/sys/bus/pci/devices/%s:%s/numa_node" % (domain[-4:], rest.lower()))
+        if text is not None and text.strip().lstrip("-").isdigit() and int(text) >= 0:
+            node = int(text)
+    words = (os.cpu_count() or 64) // 64 + 1
+    masks = get("cpu_affinity", nv.nvmlDeviceGetCpuAffinity, h, words)
+    cpus = None
+    if masks is not None:
+        cpus = _cpu_list([64 * w + bit for w, mask in enumerate(masks) for bit in range(64) if mask >> bit & 1])
+    return node, cpus
 
 
 def brand_name(nv, code):
@@ -430,6 +504,7 @@ def _device(nv, index, cheap):
                 break
         d["nvlink_links"] = len(links) if links else None
         d["nvlink_links_active"] = sum(links) if links else None
+        d["numa_node"], d["cpu_affinity"] = _affinity(nv, h, get, d.get("pci_bus_id"))
     if unavailable:
         d["unavailable"] = unavailable
     return d

@@ -486,10 +486,10 @@ def test_a_slurm_host_may_reach_a_login_node_over_ssh_given_the_nodes_python(tmp
     assert isinstance(local.control, core.LocalHost) and local.where == "slurm test"
     with pytest.raises(core.ConfigError, match=r"hosts.c.slurm.python is required"):
         core.open_host("c", cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={"python": None})}), tmp_path)
-    readme = (ROOT / "README.md").read_text().split("### Slurm hosts")[1]
-    example = next(b for b in readme.split("```toml")[1:] if "ssh = " in b).split("```")[0]
+    guide = (ROOT / "docs/slurm.md").read_text()
+    example = next(b for b in guide.split("```toml")[1:] if "ssh = " in b).split("```")[0]
     assert core.open_host("h200-pool", core.parse_config(example).hosts["h200-pool"], tmp_path).where == \
-        "slurm h200 via ssh perf@login1.example:22"  # the README's login-node example is a valid config
+        "slurm h200 via ssh perf@login1.example:22"  # the guide's login-node example is a valid config
 
 
 def test_an_unreachable_login_node_is_one_clear_error_and_leaves_no_run_running(tmp_path):
