@@ -49,7 +49,7 @@ def test_recorded_readings_are_what_the_tests_assume():
 def test_idle_h200_passes_everything():
     checks = run_checks(reading("idle"), under_load=False)
     assert [c.name for c in checks] == [
-        "gpu", "p-state", "power limit", "clock events", "pcie link", "foreign processes", "ecc", "persistence mode", "mig",
+        "gpu", "p-state", "power limit", "clock events", "pcie link", "gpu links", "foreign processes", "ecc", "persistence mode", "mig",
         "gpu uniformity", "temperature", "cpu governor", "busy processes", "memory"]
     assert {c.status for c in checks} == {CheckStatus.PASS}, [c for c in checks if c.status is not CheckStatus.PASS]
     assert only(checks, "gpu").line == "1 x NVIDIA H200; driver 580.159.04, CUDA 13.0"
