@@ -302,17 +302,64 @@ def _stored_marks(summary: RegressionSummary, e: dict) -> tuple[list[tuple[str, 
     return on, off
 
 
+def draw_series_layers(ax, e: dict) -> None:
+    """Draw on ``ax`` (x: the point index of series entry ``e``, a :func:`build_summary`
+    series dict) what the summary found along the series: confirmed change points (dashed
+    line between the two commits, red for REGRESSION, green otherwise, labelled with the
+    change and range), the last known-good commit (green ring), a flagged trailing drift (red
+    band over the newest commits), a short series' test when it moved (a band from its newest
+    commits), environment changes (orange dotted line, labelled at the foot of the axis), the
+    acceptance length on a second axis where measured (purple, its change points dash-dotted),
+    the commits as x tick labels (ref when short, else the SHA's first 7), the y label and grid.
+    The caller draws the points themselves, the title and the legend."""
+    points = e["points"]
+    xs = list(range(len(points)))
+    for cp in e["change_points"]:
+        color = "#c44e52" if cp["verdict"] == "REGRESSION" else "#55a868"
+        ax.axvline(cp["index"] - 0.5, color=color, ls="--", lw=1.5)
+        change = cp["test"]["change_pct"] if cp["test"] else None
+        ax.annotate(f"{cp['verdict'].lower()} {change:+.1f}%\n{cp['range']}" if change is not None else cp["range"],
+                    (cp["index"] - 0.5, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color=color,
+                    ha="center", va="bottom")
+    if e["last_good"]:
+        good = next(i for i, p in enumerate(points) if p["sha"] == e["last_good"]["sha"])
+        ax.scatter([good], [points[good]["output_tok_s"]], s=140, facecolors="none", edgecolors="#55a868",
+                   lw=2, label="last good", zorder=3)
+    drift = e["drift"]
+    if drift and drift["flagged"]:
+        first = next(i for i, p in enumerate(points) if p["sha"] == drift["newest_shas"][0])
+        ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52", alpha=0.12, label="trailing drift")
+    short = e["short_series"]
+    if short and short["moved"]:
+        first = next(i for i, p in enumerate(points) if p["sha"] == short["latest_shas"][0])
+        ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52" if short["verdict"] == REGRESSION else "#55a868",
+                   alpha=0.12, label=f"short series: {short['verdict'].lower()} {short['test']['change_pct']:+.1f}%")
+    if any(p["acceptance_length"] is not None for p in points):
+        acc = ax.twinx()
+        acc.plot(xs, [p["acceptance_length"] for p in points], color="#8172b3", marker="s", ms=3, lw=1,
+                 label="acceptance length")
+        acc.set_ylabel("acceptance length", color="#8172b3")
+        for cp in e["acceptance_change_points"]:
+            acc.axvline(cp["index"] - 0.5, color="#8172b3", ls="-.", lw=1.2)
+        acc.legend(fontsize=7, loc="lower right")
+    for env in e["env_changes"]:
+        ax.axvline(env["index"] - 0.5, color="#dd8452", ls=":", lw=1.5)
+        ax.annotate("; ".join(env["lines"][:2]), (env["index"] - 0.5, 0.02), xycoords=("data", "axes fraction"),
+                    fontsize=7, color="#dd8452", rotation=90, ha="right", va="bottom")
+    ax.set_xticks(xs, [p["ref"] if p["ref"] and len(p["ref"]) <= 10 else p["sha"][:7] for p in points],
+                  rotation=45, fontsize=7, ha="right")
+    ax.set_ylabel("output tok/s")
+    ax.grid(axis="y", alpha=0.3)
+
+
 def render_trend_chart(summary: RegressionSummary, path: Path, title: str = "specperf trend") -> Path:
-    """A PNG of each series' output tok/s per commit (median line, trials as dots), with
-    confirmed change points (red dashed line between the two commits, labelled with the
-    change), a flagged drift (red band over the newest commits), a short series' test when it
-    moved (a band from the first to the newest commit), the last known-good commit (green
-    ring), the stored verdicts of the period (a triangle on the head commit of each
-    REGRESSION or IMPROVEMENT compare, labelled with its run; a bisect's culprit the same;
-    those on a side branch listed in the panel's corner), environment changes (orange dotted
-    line, labelled), and where measured the acceptance length on a second axis (purple, its
-    change points dash-dotted). One panel per series; matplotlib with the Agg backend.
-    Returns ``path``."""
+    """A PNG of each series' output tok/s per commit (median line, trials as dots), with what
+    :func:`draw_series_layers` draws (confirmed change points, a flagged drift, a short
+    series' test when it moved, the last known-good commit, environment changes, acceptance
+    length on a second axis), and the stored verdicts of the period (a triangle on the head
+    commit of each REGRESSION or IMPROVEMENT compare, labelled with its run; a bisect's
+    culprit the same; those on a side branch listed in the panel's corner). One panel per
+    series; matplotlib with the Agg backend. Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -330,26 +377,6 @@ def render_trend_chart(summary: RegressionSummary, path: Path, title: str = "spe
         for x, p in zip(xs, points):
             ax.scatter([x] * len(p["trials_output_tok_s"]), p["trials_output_tok_s"], s=10, color="#4c72b0", alpha=0.35)
         ax.plot(xs, [p["output_tok_s"] for p in points], color="#4c72b0", marker="o", lw=1.5, label="output tok/s")
-        for cp in e["change_points"]:
-            color = "#c44e52" if cp["verdict"] == "REGRESSION" else "#55a868"
-            ax.axvline(cp["index"] - 0.5, color=color, ls="--", lw=1.5)
-            change = cp["test"]["change_pct"] if cp["test"] else None
-            ax.annotate(f"{cp['verdict'].lower()} {change:+.1f}%\n{cp['range']}" if change is not None else cp["range"],
-                        (cp["index"] - 0.5, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color=color,
-                        ha="center", va="bottom")
-        if e["last_good"]:
-            good = next(i for i, p in enumerate(points) if p["sha"] == e["last_good"]["sha"])
-            ax.scatter([good], [points[good]["output_tok_s"]], s=140, facecolors="none", edgecolors="#55a868",
-                       lw=2, label="last good", zorder=3)
-        drift = e["drift"]
-        if drift and drift["flagged"]:
-            first = next(i for i, p in enumerate(points) if p["sha"] == drift["newest_shas"][0])
-            ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52", alpha=0.12, label="trailing drift")
-        short = e["short_series"]
-        if short and short["moved"]:
-            first = next(i for i, p in enumerate(points) if p["sha"] == short["latest_shas"][0])
-            ax.axvspan(first - 0.5, len(points) - 0.5, color="#c44e52" if short["verdict"] == REGRESSION else "#55a868",
-                       alpha=0.12, label=f"short series: {short['verdict'].lower()} {short['test']['change_pct']:+.1f}%")
         on, off = _stored_marks(summary, e)
         index = {p["sha"]: i for i, p in enumerate(points)}
         for n, (sha, label, color) in enumerate(on):
@@ -361,24 +388,9 @@ def render_trend_chart(summary: RegressionSummary, path: Path, title: str = "spe
         if off:
             ax.text(0.99, 0.97, "\n".join(off[:4]), transform=ax.transAxes, ha="right", va="top", fontsize=7,
                     color="#c44e52")
-        if any(p["acceptance_length"] is not None for p in points):
-            acc = ax.twinx()
-            acc.plot(xs, [p["acceptance_length"] for p in points], color="#8172b3", marker="s", ms=3, lw=1,
-                     label="acceptance length")
-            acc.set_ylabel("acceptance length", color="#8172b3")
-            for cp in e["acceptance_change_points"]:
-                acc.axvline(cp["index"] - 0.5, color="#8172b3", ls="-.", lw=1.2)
-            acc.legend(fontsize=7, loc="lower right")
-        for env in e["env_changes"]:
-            ax.axvline(env["index"] - 0.5, color="#dd8452", ls=":", lw=1.5)
-            ax.annotate("; ".join(env["lines"][:2]), (env["index"] - 0.5, 0.02), xycoords=("data", "axes fraction"),
-                        fontsize=7, color="#dd8452", rotation=90, ha="right", va="bottom")
-        ax.set_xticks(xs, [p["ref"] if p["ref"] and len(p["ref"]) <= 10 else p["sha"][:7] for p in points],
-                      rotation=45, fontsize=7, ha="right")
-        ax.set_ylabel("output tok/s")
+        draw_series_layers(ax, e)
         ax.set_title(f"{e['engine']} / {e['mode']} ({e['workload']}, host {e['host']}, {e['ordered_by']} order)",
                      fontsize=9, pad=22)
-        ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
     fig.suptitle(title)
     fig.tight_layout()
