@@ -1,5 +1,6 @@
 """``specperf report``: the regression summary of the stored history in the terminal, with its
-trend chart (the same summary the scheduled Slack message carries)."""
+trend chart (the same summary the scheduled Slack message carries), and with ``--html DIR`` the
+history pages (:func:`core.build_history_site`) of every stored run."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rich.text import Text
 import core
 import storage
 from bot._common import check_output_path, data_dir, database, fmt, json_arg, open_host, write_json
+from bot._history_pages import writable_dir, write_history_site
 from bot._settings import load_config
 
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
@@ -45,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--engine", help="only this engine")
     r.add_argument("--chart", help="where to write the PNG trend chart (default: the data directory)")
     json_arg(r, "the summary")
+    r.add_argument("--html", metavar="DIR", help="also write the history pages into DIR (created if missing): a static "
+                                                 "site, index.html, a trend page per series, a page per run")
     r.add_argument("--db", help="database URL (default: [storage].url, else SQLite in the data directory)")
     r.set_defaults(run=run_report)
 
@@ -146,9 +150,11 @@ def print_summary(console: Console, summary: core.RegressionSummary) -> None:
 
 
 async def run_report(args: argparse.Namespace, console: Console) -> int:
-    """Run ``specperf report``: 0 whatever it finds."""
+    """Run ``specperf report``: 0 whatever it finds (2, a config error naming the folder, when
+    ``--html DIR`` cannot be written)."""
     for option in ("json", "chart"):
         check_output_path(option, getattr(args, option))
+    site = writable_dir("--html", args.html) if args.html else None
     config = load_config(args.config)
     db = database(config, args.db)
     notes: list[str] = []
@@ -169,4 +175,8 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
             console.print(f"chart: {chart}", markup=False)
     if args.json:
         write_json(args.json, summary.to_dict(), console, None if summary.quiet else "summary:")
+    if site is not None:
+        pages = write_history_site(db, series, site, engine=args.engine, headline=summary.headline,
+                                   margin_pct=config.compare.margin_pct, alpha=config.compare.alpha)
+        console.print(f"history pages: {pages[0]} ({len(pages)} pages)", markup=False)
     return 0

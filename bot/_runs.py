@@ -1,9 +1,11 @@
 """What the CLI and the Slack bot share about stored runs: closing runs a killed specperf left
-running (stopping their recorded engine groups), and a stored run's report."""
+running (stopping their recorded engine groups), a stored run's report, and its history page's
+data (:func:`run_page`)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import core
 import storage
@@ -86,6 +88,24 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
         verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
     launches = core.launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
     return core.summarize(trials, verdicts, settings, stored_environment(stored), launches, disturbed), trials
+
+
+def run_page(stored: storage.StoredRun) -> core.RunPage:
+    """What the history pages show of a stored run (:class:`core.RunPage`): the run's row and,
+    when it has ok trials, the report, kept trials and per-launch figures :func:`stored_report`
+    and :func:`stored_launches` give ``specperf show`` (stored verdicts)."""
+    run = stored.run
+    report = trials = None
+    figures: dict[int, core.ArmTrial] = {}
+    if run.kind != "bisect" and any(t.status == "ok" for t in stored.trials):
+        report, trials = stored_report(stored)
+        figures = stored_launches(stored)[1]
+    created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=dt.UTC)  # SQLite drops the zone
+    return core.RunPage(run_id=run.id, kind=run.kind, status=run.status, engine=run.engine_name, host=run.host,
+                        workload=run.workload_name, modes=list(run.modes), base_ref=run.base_ref, base_sha=run.base_sha,
+                        head_ref=run.head_ref, head_sha=run.head_sha, created_at=created, reason=run.reason,
+                        log_tail=run.log_tail, report=report, trials=trials, figures=figures,
+                        bisect=run.settings.get("bisect") if run.kind == "bisect" else None)
 
 
 def calibration_plans(db, engine_name: str, host: str, workload_name: str,

@@ -183,6 +183,10 @@ from core._git import (
 from core._git import (
     resolve_commit as resolve_commit,
 )
+from core._history_site import INDEX_PAGE as INDEX_PAGE
+from core._history_site import RunPage as RunPage
+from core._history_site import build_history_site as build_history_site
+from core._history_site import series_page as series_page
 from core._hosts import CommandResult as CommandResult
 from core._hosts import EngineHandle as EngineHandle
 from core._hosts import Host as Host

@@ -311,12 +311,14 @@ def draw_series_layers(ax, e: dict) -> None:
     commits), environment changes (orange dotted line, labelled at the foot of the axis), the
     acceptance length on a second axis where measured (purple, its change points dash-dotted),
     the commits as x tick labels (ref when short, else the SHA's first 7), the y label and grid.
-    The caller draws the points themselves, the title and the legend."""
+    A change point's line has the gid ``change-point-<index>``, an environment change's
+    ``environment-change-<index>`` (an SVG names its group so). The caller draws the points
+    themselves, the title and the legend."""
     points = e["points"]
     xs = list(range(len(points)))
     for cp in e["change_points"]:
         color = "#c44e52" if cp["verdict"] == "REGRESSION" else "#55a868"
-        ax.axvline(cp["index"] - 0.5, color=color, ls="--", lw=1.5)
+        ax.axvline(cp["index"] - 0.5, color=color, ls="--", lw=1.5, gid=f"change-point-{cp['index']}")
         change = cp["test"]["change_pct"] if cp["test"] else None
         ax.annotate(f"{cp['verdict'].lower()} {change:+.1f}%\n{cp['range']}" if change is not None else cp["range"],
                     (cp["index"] - 0.5, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color=color,
@@ -343,7 +345,7 @@ def draw_series_layers(ax, e: dict) -> None:
             acc.axvline(cp["index"] - 0.5, color="#8172b3", ls="-.", lw=1.2)
         acc.legend(fontsize=7, loc="lower right")
     for env in e["env_changes"]:
-        ax.axvline(env["index"] - 0.5, color="#dd8452", ls=":", lw=1.5)
+        ax.axvline(env["index"] - 0.5, color="#dd8452", ls=":", lw=1.5, gid=f"environment-change-{env['index']}")
         ax.annotate("; ".join(env["lines"][:2]), (env["index"] - 0.5, 0.02), xycoords=("data", "axes fraction"),
                     fontsize=7, color="#dd8452", rotation=90, ha="right", va="bottom")
     ax.set_xticks(xs, [p["ref"] if p["ref"] and len(p["ref"]) <= 10 else p["sha"][:7] for p in points],

@@ -1,0 +1,67 @@
+"""The history pages from the database: ``specperf report --html DIR`` builds them with
+:func:`write_history_site` (each run's page from :func:`bot._runs.run_page`, the pages
+themselves by :func:`core.build_history_site`), after :func:`writable_dir` has proved the
+folder can be written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import core
+import storage
+from bot._runs import run_page
+
+_BEFORE_ANY_RUN = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def html_dir_error(option: str, folder: Path, exc: OSError) -> str:
+    """The one line for a history-pages folder that cannot be written: the option, the path,
+    the system's reason and what to do."""
+    why = exc.strerror or str(exc)
+    return (f"{option} {folder}: cannot write the history pages there ({why}); give a folder you may write to, "
+            "or a new one under a folder you may write to")
+
+
+def writable_dir(option: str, path: str | Path) -> Path:
+    """``path`` as a folder to write the pages into: created (with its parents) if missing,
+    then a file written there and removed, to prove it before any work is done.
+
+    Raises:
+        core.ConfigError: it cannot be (a file in the way, no permission, a read-only file
+            system): :func:`html_dir_error`'s one line.
+    """
+    folder = Path(path)
+    probe = folder / ".specperf-write-test"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise core.ConfigError(html_dir_error(option, folder, exc)) from None
+    return folder
+
+
+def write_history_site(db, series: list[core.Series], directory: Path, *, engine: str | None = None,
+                       headline: str | None = None, margin_pct: float = 2.0, alpha: float = 0.05) -> list[Path]:
+    """The history pages in ``directory``: a trend page per series of ``series``
+    (``storage.load_series``, in the order the report uses) analysed over the whole history
+    (:func:`core.build_summary` with the compare rule ``margin_pct``, ``alpha``), and a page
+    per stored run (of ``engine``, if given). ``headline`` tops the index (default: the
+    whole history's).
+
+    Returns:
+        The pages written, ``index.html`` first.
+
+    Raises:
+        core.ConfigError: a file cannot be written (:func:`html_dir_error`).
+    """
+    history = core.build_summary(series, since=_BEFORE_ANY_RUN, margin_pct=margin_pct, alpha=alpha)
+    pages = [run_page(stored) for run, _ in storage.list_runs(db, engine, limit=None)
+             if run.id is not None and (stored := storage.load_run(db, run.id)) is not None]
+    try:
+        return core.build_history_site(directory, history, pages, headline=headline)
+    except OSError as exc:
+        raise core.ConfigError(html_dir_error("--html", directory, exc)) from None
+
