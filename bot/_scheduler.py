@@ -234,7 +234,8 @@ async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> 
     ``[schedule].channel`` as :func:`bot._summary_blocks.summary_blocks`, with the trend
     chart PNG uploaded to that message's thread; a quiet period is its one line, no chart.
     What the period's runs found (``storage.load_findings``) comes first, each finding linked
-    to the thread of its run's job (``chat.getPermalink``).
+    to the thread of its run's job (``chat.getPermalink``); with ``[report] html_base_url`` the
+    summary links to the history pages served there.
     Returns the :class:`core.RegressionSummary`; recorded in ``schedule_log``.
     """
     from bot._cmd_report import (
@@ -252,7 +253,8 @@ async def summary_tick(ctx: ScheduleContext, now: dt.datetime | None = None) -> 
                                       margin_pct=ctx.config.compare.margin_pct, alpha=ctx.config.compare.alpha,
                                       runs=runs)
     links = await _thread_links(ctx, runs) if ctx.notifier else {}
-    blocks, text = summary_blocks(summary, f"specperf {schedule.period} regression summary", links)
+    blocks, text = summary_blocks(summary, f"specperf {schedule.period} regression summary", links,
+                                  ctx.config.report.html_base_url or None)
     sent = await ctx.notifier.post(schedule.channel, blocks=blocks, text=text) if ctx.notifier else None
     result = "posted" if sent else "not posted"
     if sent and not summary.quiet:

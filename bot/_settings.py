@@ -1,5 +1,6 @@
 """The bot's settings: ``[slack]`` (tokens, mode, pacing, who may use it), ``[schedule]`` (the
-scheduled regression summary) and ``[[watches]]`` (branches whose new heads are compared),
+scheduled regression summary), ``[report]`` (where the history pages are served) and
+``[[watches]]`` (branches whose new heads are compared),
 and :class:`BotConfig`, the whole ``specperf.toml`` as the front ends read it (core's
 :class:`core.Config` with these three sections typed and cross-checked).
 
@@ -138,6 +139,27 @@ class ScheduleConfig(ConfigSection):
         return 1 if self.period == "daily" else 7
 
 
+class ReportConfig(ConfigSection):
+    """``[report]``: the history pages (``specperf report --html DIR``).
+
+    ``html_base_url``: the ``http://`` or ``https://`` address at which DIR is served (for
+    example ``https://perf.example/specperf``; ``${NAME}`` is read from the environment, a
+    trailing ``/`` dropped). When set, the scheduled summary links to the index there and each
+    series to its trend page; empty: no links.
+    """
+
+    html_base_url: str = ""
+
+    @field_validator("html_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        value = expand_vars(value).strip()
+        if value and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError("must be the http:// or https:// address where the folder of "
+                             "`specperf report --html DIR` is served, without ?query or #fragment (or empty)")
+        return value.rstrip("/")
+
+
 class WatchConfig(ConfigSection):
     """One ``[[watches]]`` entry: on ``cron`` (in ``[schedule].timezone``; 5 or 6 fields as
     ``summary_cron``), the bot fetches ``branch`` of engine ``engine``'s repo on ``host``
@@ -180,6 +202,7 @@ class BotConfig(core.Config):
 
     slack: SlackConfig = Field(default_factory=SlackConfig)  # type: ignore[assignment]
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)  # type: ignore[assignment]
+    report: ReportConfig = Field(default_factory=ReportConfig)  # type: ignore[assignment]
     watches: list[WatchConfig] = Field(default_factory=list)  # type: ignore[assignment]
 
     @model_validator(mode="after")

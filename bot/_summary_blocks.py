@@ -8,10 +8,14 @@ link to the thread where the bot posted that run (``links``: run id -> permalink
 scheduler looks up from the run's job). Each new change point, a flagged drift and a short
 series that moved carry a button (``action_id`` ``specperf_bisect``,
 ``value`` ``"<good sha> <bad sha> <engine> <mode>"``) for the bot to start a bisect with, and
-the same command as text to copy.
+the same command as text to copy. With ``pages_url`` (``[report] html_base_url``, where
+``specperf report --html DIR`` is served) the headline links to the history pages' index and
+each series to its trend page (:func:`core.series_page`).
 """
 
 from __future__ import annotations
+
+import core
 
 BISECT_ACTION = "specperf_bisect"
 _MAX_BLOCKS = 50  # Slack's limit per message
@@ -59,23 +63,30 @@ def finding_blocks(runs, links: dict[int, str] | None = None) -> tuple[list[dict
     return blocks, lines
 
 
+def _page_url(pages_url: str, name: str) -> str:
+    return f"{pages_url.rstrip('/')}/{name}"
+
+
 def summary_blocks(summary, title: str = "specperf regression summary",
-                   links: dict[int, str] | None = None) -> tuple[list[dict], str]:
+                   links: dict[int, str] | None = None, pages_url: str | None = None) -> tuple[list[dict], str]:
     """``(blocks, text)`` for ``chat.postMessage`` from a :class:`core.RegressionSummary`: the headline;
     what the period's runs found (:func:`finding_blocks`, linked to their threads by
     ``links``: run id -> URL); per series (engine, mode) the latest tok/s, change against the
     7-day median and the last good commit, acceptance length; new change points (of tok/s and
     of acceptance length) with their commit range and a bisect button (one per commit
-    range); a flagged drift; a short series' test; environment changes. A quiet summary is
-    one section with its one line, and ``text`` is that line."""
+    range); a flagged drift; a short series' test; environment changes. With ``pages_url``
+    (the address of the history pages' folder) the headline links to its index and each series
+    to its trend page, in the blocks and in ``text``. A quiet summary is one section with its
+    one line, and ``text`` is that line."""
     headline = _escape(summary.headline)
     if summary.quiet:
         return [{"type": "section", "text": {"type": "mrkdwn", "text": headline}}], summary.headline
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*" + (
+            f" <{_page_url(pages_url, core.INDEX_PAGE)}|history pages>" if pages_url else "")}},
     ]
-    lines = [summary.headline]
+    lines = [summary.headline + (f" ({_page_url(pages_url, core.INDEX_PAGE)})" if pages_url else "")]
     found, found_lines = finding_blocks(summary.runs, links)
     if found:
         blocks += [{"type": "divider"}, *found]
@@ -90,10 +101,14 @@ def summary_blocks(summary, title: str = "specperf regression summary",
                 f"*{_num(latest['output_tok_s'])} tok/s*{acceptance}; "
                 f"{_pct(e['change_vs_7d_median_pct'])} vs 7-day median, "
                 f"{_pct(e['change_vs_last_good_pct'])} vs last good{good_text}")
+        trend = _page_url(pages_url, core.series_page(e["engine"], e["host"], e["mode"], e["workload"])) \
+            if pages_url else None
+        if trend:
+            text += f" <{trend}|trend>"
         blocks += [{"type": "divider"}, {"type": "section", "text": {"type": "mrkdwn", "text": text}}]
         lines.append(f"{e['engine']} / {e['mode']}: {_num(latest['output_tok_s'])} tok/s, "
                      f"{_pct(e['change_vs_7d_median_pct'])} vs 7-day median, "
-                     f"{_pct(e['change_vs_last_good_pct'])} vs last good")
+                     f"{_pct(e['change_vs_last_good_pct'])} vs last good" + (f" ({trend})" if trend else ""))
         buttons = []
         for cp in (c for c in e["change_points"] if c["new"]):
             test = cp["test"]

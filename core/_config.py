@@ -364,8 +364,8 @@ class Config(_Strict):
 
     ``client_cpus`` pins the benchmark client (the specperf process) to those CPUs while it
     measures; with an engine's ``cpus`` this keeps client and engine off each other's cores.
-    ``[slack]``, ``[schedule]`` and ``[[watches]]`` belong to the bot: read here as raw
-    tables, validated by ``bot``'s configuration (a subclass of this one).
+    ``[slack]``, ``[schedule]``, ``[report]`` and ``[[watches]]`` belong to the bot: read here
+    as raw tables, validated by ``bot``'s configuration (a subclass of this one).
     """
 
     hosts: dict[str, HostConfig] = Field(default_factory=lambda: {"local": HostConfig()})
@@ -376,9 +376,10 @@ class Config(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     triage: TriageConfig = Field(default_factory=TriageConfig)
     # The bot's sections: kept here as raw tables so one file serves both; ``bot`` validates
-    # them (its BotConfig types these three fields).
+    # them (its BotConfig types these four fields).
     slack: dict = Field(default_factory=dict)
     schedule: dict = Field(default_factory=dict)
+    report: dict = Field(default_factory=dict)
     watches: list[dict] = Field(default_factory=list)
     _source: str = PrivateAttr(default="the config file")
 
