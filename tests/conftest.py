@@ -33,7 +33,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Fixture -> the marker of what it needs (pyproject.toml lists the markers). The session compare
 # launches the engine on its CPU and needs that CPU quiet: its tests are in scripts/test's engine tier.
 FIXTURE_MARKERS = {"testenv": "engine", "postgres_url": "postgres", "postgres_server": "postgres", "sshd": "ssh",
-                   "netns_sshd": "ssh", "slurm_cluster": "slurm", "slow_spec_compare": "launch"}
+                   "netns_sshd": "ssh", "slurm_cluster": "slurm", "slow_spec_compare": "launch", "chromium": "e2e"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -136,6 +136,19 @@ def group_members(pgid: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue
     return members
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's headless-capable Chromium (package ``chromium``, which scripts/test installs);
+    fails, never skips, when absent. Tests that use it are ``e2e`` (FIXTURE_MARKERS)."""
+    import shutil
+
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("chromium is not installed: apt-get install -y chromium (scripts/test installs it), "
+                    "then run the browser tests again")
+    return Path(found)
 
 
 @pytest.fixture(scope="session")
