@@ -29,7 +29,7 @@ from bot._common import (
     write_json,
 )
 from bot._report_view import print_bisect, print_report
-from bot._runs import calibration_plans, stored_report
+from bot._runs import calibration_plans, history_checks, stored_report
 from bot._settings import load_config
 
 
@@ -202,7 +202,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
                                                 extra={"calibration": goal} if goal else None)
             stored = storage.load_run(db, run_id)
             assert stored is not None  # recorded by app.compare_on_slurm
-            return _print_stored(console, args, stored)
+            return _print_stored(console, args, stored, db)
         try:
             run_id, result = await app.compare(config, db, request, (base_sha, head_sha),
                                                cli_session(args, console, f"compare {head_sha[:12]}"),
@@ -223,6 +223,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     report = core.summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
                             result.launches(), result.disturbed, plans)
     report["client"] = "local" if host.is_local else host.client_where  # as the run's settings["client"]
+    report["history"] = [c.to_dict() for c in history_checks(db, storage.load_run(db, run_id))]
     _emit(console, args, run_id, report, trials, title)
     if goal:
         for line in app.calibration_lines(trials, goal, request.settings.alpha):
@@ -283,13 +284,14 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     stored = storage.load_run(db, args.run_id)
     if stored is None:
         raise storage.NoSuchRunError(args.run_id, db)
-    _print_stored(console, args, stored)
+    _print_stored(console, args, stored, db)
     return 0
 
 
-def _print_stored(console: Console, args: argparse.Namespace, stored: storage.StoredRun) -> int:
-    """Print a stored run's report (as ``specperf show``); the exit status ``specperf compare``
-    gives such a run: 0 with verdicts (or still running), 3 failed or interrupted, 5 refused."""
+def _print_stored(console: Console, args: argparse.Namespace, stored: storage.StoredRun, db) -> int:
+    """Print a stored run's report (as ``specperf show``), with its history against earlier runs
+    in ``db``; the exit status ``specperf compare`` gives such a run: 0 with verdicts (or still
+    running), 3 failed or interrupted, 5 refused."""
     run = stored.run
     if run.kind == "bisect":
         console.print(f"run {run.id} ({run.status}): bisect of {run.engine_name} from {run.base_ref} "
@@ -314,6 +316,7 @@ def _print_stored(console: Console, args: argparse.Namespace, stored: storage.St
         report["slurm"] = slurm
     if run.settings.get("client"):
         report["client"] = run.settings["client"]
+    report["history"] = [c.to_dict() for c in history_checks(db, stored)]
     _emit(console, args, run.id, report, trials,
           f"run {run.id}: {run.engine_name} {run.head_sha[:12]} vs {run.base_sha[:12]}")
     return status

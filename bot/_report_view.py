@@ -19,8 +19,9 @@ def _pct(value: float | None) -> str:
 
 def print_report(console: Console, report: dict, title: str) -> None:
     """A busy host first, then both modes side by side, what limited each verdict, the
-    disturbed launches, then EAGLE-3's speedup over baseline on each side, and where the
-    benchmark client ran (``report["client"]``, unless local)."""
+    disturbed launches, then EAGLE-3's speedup over baseline on each side, where the
+    benchmark client ran (``report["client"]``, unless local), and each arm against the
+    earlier runs of its commit (``report["history"]``, :func:`bot._runs.history_checks`)."""
     if report.get("headline"):
         console.print(Text(report["headline"], style="bold yellow"))
     table = Table(title=title)
@@ -59,6 +60,8 @@ def print_report(console: Console, report: dict, title: str) -> None:
             console.print(f"  {mode} speedup over baseline: {parts}", markup=False, highlight=False)
     if report.get("client") not in (None, "local"):
         console.print(f"  benchmark client: {report['client']}", markup=False, highlight=False)
+    for check in report.get("history") or []:
+        console.print(f"  history: {check['line']}", markup=False, highlight=False)
 
 
 def print_bisect(console: Console, report: dict) -> None:

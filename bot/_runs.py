@@ -108,6 +108,36 @@ def run_page(stored: storage.StoredRun) -> core.RunPage:
                         bisect=run.settings.get("bisect") if run.kind == "bisect" else None)
 
 
+def history_checks(db, stored: storage.StoredRun) -> list[core.HistoryCheck]:
+    """Per mode and arm of ``stored``, its kept launches against the newest earlier run of the
+    same commit on the same host, engine and workload (:func:`core.check_history`; the launches
+    kept as :func:`stored_report` keeps them, on both sides): was the good number real."""
+    run = stored.run
+    settings = core.CompareConfig.model_validate(run.settings["compare"])
+    _, today = stored_report(stored)
+    shas = {"base": run.base_sha, "head": run.head_sha}
+    past: dict[str, list[core.PastLaunches]] = {}
+    for earlier in storage.earlier_runs(db, run):
+        _, kept = stored_report(earlier)
+        for mode, arms in kept.items():
+            for role, arm in arms.items():
+                sha = earlier.run.base_sha if role == "base" else earlier.run.head_sha
+                past.setdefault(mode, []).append(core.PastLaunches(
+                    earlier.run.id, earlier.run.created_at, sha, [t.output_tok_s for t in arm],
+                    core.setup_of(earlier.run.settings, mode)))
+    checks = []
+    for mode, arms in today.items():
+        for role, arm in arms.items():
+            if role == "head" and run.head_sha == run.base_sha:
+                continue  # an A/A: one commit, checked once
+            check = core.check_history(mode, role, shas[role], [t.output_tok_s for t in arm],
+                                       core.setup_of(run.settings, mode), past.get(mode, []),
+                                       margin_pct=settings.margin_pct, alpha=settings.alpha)
+            if check is not None:
+                checks.append(check)
+    return checks
+
+
 def calibration_plans(db, engine_name: str, host: str, workload_name: str,
                       settings: core.CompareConfig) -> tuple[int | None, dict[str, core.Plan]]:
     """(run id, per mode the :func:`core.plan` from its spread) of the newest calibration of

@@ -183,6 +183,10 @@ from core._git import (
 from core._git import (
     resolve_commit as resolve_commit,
 )
+from core._history_check import HistoryCheck as HistoryCheck
+from core._history_check import PastLaunches as PastLaunches
+from core._history_check import check_history as check_history
+from core._history_check import setup_of as setup_of
 from core._history_site import INDEX_PAGE as INDEX_PAGE
 from core._history_site import RunPage as RunPage
 from core._history_site import build_history_site as build_history_site

@@ -68,7 +68,9 @@ class CompareReport(TypedDict):
     speedups, every launch with its disturbance (rows of :func:`launch_rows`) and the
     environment; ``client``, added by the front ends: where the benchmark client ran (the
     run's ``settings["client"]``: ``local``, ``here, through an SSH tunnel``, ``on the host,
-    beside the engine``, ...). A typed dict, so the JSON shape is the type."""
+    beside the engine``, ...); ``history``, added by the front ends: each arm against the
+    earlier runs of its commit (:meth:`core.HistoryCheck.to_dict`). A typed dict, so the JSON
+    shape is the type."""
 
     headline: str | None
     settings: dict
@@ -78,6 +80,7 @@ class CompareReport(TypedDict):
     disturbance: DisturbanceReport
     environment: Environment
     client: NotRequired[str]
+    history: NotRequired[list[dict]]
 
 
 def _median(values: list[float | None]) -> float | None:

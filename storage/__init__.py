@@ -67,6 +67,7 @@ from storage._store import (
     RunStore,
     StoredRun,
     abandoned_runs,
+    earlier_runs,
     latest_calibration,
     list_runs,
     load_run,
@@ -78,7 +79,8 @@ from storage._write_behind import WriteBehind
 
 __all__ = [
     "open_database", "default_url", "StorageError", "NoSuchRunError",
-    "RunStore", "WriteBehind", "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
+    "RunStore", "WriteBehind", "earlier_runs",
+    "BisectStore", "StoredRun", "load_run", "list_runs", "abandoned_runs", "mark_abandoned",
     "latest_calibration", "update_settings", "unsettled_slurm_runs",
     "Run", "Arm", "Trial", "EnvSnapshot", "VerdictRow", "Job", "CommandRecord", "load_series", "load_findings",
     "enqueue", "claim_next", "get_job", "job_by_key", "job_for_run", "run_threads", "update_job", "cancel_queued", "list_jobs",

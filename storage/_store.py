@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from core import Arm as CoreArm
 from core import (
@@ -262,6 +262,18 @@ def list_runs(db: Engine, engine_name: str | None = None, limit: int | None = 20
         return [(run, list(session.exec(select(VerdictRow).where(VerdictRow.run_id == run.id)))) for run in runs]
 
 
+
+
+def earlier_runs(db: Engine, run: Run, limit: int = 20) -> list[StoredRun]:
+    """The newest ``limit`` finished compare runs before ``run`` (smaller id) of its engine, host
+    and workload, newest first, each loaded whole: what :func:`core.check_history` sets today's
+    launches against."""
+    with Session(db) as session:
+        ids = list(session.exec(select(Run.id).where(
+            Run.engine_name == run.engine_name, Run.host == run.host, Run.workload_name == run.workload_name,
+            Run.kind == "compare", Run.status == "done", col(Run.id) < (run.id or 0))
+            .order_by(col(Run.id).desc()).limit(limit)))
+    return [stored for run_id in ids if (stored := load_run(db, run_id)) is not None]
 
 
 def latest_calibration(db: Engine, engine_name: str, host: str, workload_name: str,
