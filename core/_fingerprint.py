@@ -8,7 +8,7 @@ ordered by category, in the order the seed's checklist reads them:
 category       keys
 =============  ===========================================================================
 driver         GPU presence and count, driver, CUDA driver and NVML versions
-nccl           NCCL version
+nccl           NCCL version, then NCCL's settings: ``NCCL_*`` and ``TORCH_NCCL_*`` variables
 torch          torch version, its CUDA, HIP, cuDNN, git version
 engine         vllm, sglang, sgl-kernel, flashinfer, triton versions (in that order), the
                engine checkout's SHA and dirtiness
@@ -19,7 +19,8 @@ env            variables known to move engine performance: ``NCCL_*``, ``CUDA_*`
                ``LD_LIBRARY_PATH``, ``HF_HUB_OFFLINE``, ``PYTHONPATH``, ``MALLOC_*``
 clocks_links   per GPU: P-state, SM/memory clocks (max, application, and current when they
                moved by more than 10 %), clock-event reasons, PCIe link, NVLink, power limit,
-               persistence, MIG, ECC mode; the number of compute processes
+               persistence, MIG, ECC mode, NUMA node and CPU affinity; the number of compute
+               processes; per pair of GPUs their link and P2P status
 other          the rest (Python, transformers, import paths, GPU model and UUID, kernel,
                CPU, governor, memory size, the other environment variables, ...)
 =============  ===========================================================================
@@ -123,7 +124,8 @@ _VOLATILE = re.compile(
 _CURRENT_CLOCK = re.compile(r"^gpu\.devices\.\d+\.(sm_clock_mhz|mem_clock_mhz|graphics_clock_mhz)$")
 _CLOCKS_LINKS = re.compile(
     r"^gpu\.devices\.\d+\.(pstate|\w*clock\w*|pcie_\w+|nvlink\w*|power_limit_w|power_default_limit_w"
-    r"|persistence_mode|mig_mode|ecc_mode|compute_processes)$"
+    r"|persistence_mode|mig_mode|ecc_mode|compute_processes|numa_node|cpu_affinity)$"
+    r"|^gpu\.topology\.\d+-\d+\.(link|p2p_read|p2p_write|nvlink_p2p)$"
 )
 _ORDER = {
     Category.DRIVER: ("gpu.available", "gpu.reason", "gpu.device_count", "gpu.driver_version",
@@ -151,7 +153,10 @@ def _categorize(key: str) -> Category:
     if key in _RANK_IN_CATEGORY:
         return _RANK_IN_CATEGORY[key][0]
     if key.startswith("software.env."):
-        return Category.ENV if PERFORMANCE_ENV.match(key.removeprefix("software.env.")) else Category.OTHER
+        name = key.removeprefix("software.env.")
+        if name.startswith(("NCCL_", "TORCH_NCCL_")):  # NCCL's own settings, beside its version
+            return Category.NCCL
+        return Category.ENV if PERFORMANCE_ENV.match(name) else Category.OTHER
     if _CLOCKS_LINKS.match(key):
         return Category.CLOCKS_LINKS
     return Category.OTHER

@@ -60,14 +60,14 @@ def test_changes_come_in_throughput_order():
     assert [c.line for c in changes] == [
         "driver 580.159.04 -> 575.57.08",
         "NCCL 2.28.9 -> 2.27.3",
+        "env NCCL_P2P_DISABLE unset -> 1",  # NCCL's settings beside its version (issue 30)
         "torch 2.11.0+cu130 -> 2.10.0+cu130",
         "vllm 0.11.0 -> 0.11.1",
-        "env NCCL_P2P_DISABLE unset -> 1",
         "GPU0 pcie_gen_max 5 -> 4",
         "kernel 6.18.44-fc-v657-gpu -> 6.8.0-49-generic",
     ]
     assert [c.category for c in changes] == sorted(c.category for c in changes)
-    assert changes[3].to_dict() == {"category": "engine", "key": "software.packages.vllm.version", "what": "vllm",
+    assert changes[4].to_dict() == {"category": "engine", "key": "software.packages.vllm.version", "what": "vllm",
                                      "before": "0.11.0", "after": "0.11.1", "line": "vllm 0.11.0 -> 0.11.1"}
 
 

@@ -132,3 +132,44 @@ def test_an_engine_pinned_off_its_gpus_numa_node_is_said(cpus, status):
     if status == CheckStatus.WARN:
         assert rows[0].line == "GPU0 is close to CPUs 0-55 (its NUMA node); the engine is pinned to CPUs 60,61"
     assert checks(snap, "numa affinity") == []  # an engine that is not pinned is not judged
+
+
+# -- the real H200 (tests/fixtures/nvml/h200_topology_*.json, 2026-12-03) ----------------------
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "nvml"
+
+
+def _recorded(name: str) -> dict:
+    import json
+
+    return json.loads((FIXTURES / name).read_text())
+
+
+def test_the_h200s_topology_fields_agree_with_nvidia_smi_and_torch():
+    """One H200 in a 16-CPU VM, probed by core/_probe_script.py with the machine's own Python;
+    nvidia-smi topo -m and torch read beside it (h200_topo_m.txt): the CPU affinity is NVML's
+    0-15 as nvidia-smi prints it, sysfs gives the GPU no NUMA node (-1: read as none), NVLink
+    is not supported on this board, one GPU has no pairs, and NCCL is torch's 2.28.9."""
+    snap = _recorded("h200_topology_full.json")
+    smi = (FIXTURES / "h200_topo_m.txt").read_text()
+    (device,) = snap["gpu"]["devices"]
+    assert device["cpu_affinity"] == "0-15" and "GPU0\t X \t0-15\t" in smi
+    assert device["numa_node"] is None and "numa_node=-1" in smi
+    assert device["nvlink_links"] is None and device["unavailable"]["nvlink"] == "NotSupported"
+    assert "topology" not in snap["gpu"]
+    assert snap["software"]["nccl"] == {"version": "2.28.9", "code": 22809, "source": "torch"}
+    assert "nccl (2, 28, 9)" in smi
+    (links,) = [c for c in run_checks(snap, under_load=False) if c.name == "gpu links"]
+    assert links.status == CheckStatus.PASS and links.line == "GPU0: one GPU, no links between GPUs"
+    (numa,) = [c for c in run_checks(snap, under_load=False, engine_cpus=[3]) if c.name == "numa affinity"]
+    assert numa.status == CheckStatus.PASS
+
+
+def test_nccl_settings_rank_with_nccls_version_in_the_fingerprint_diff():
+    """The same H200 probed again with NCCL_P2P_DISABLE=1 and NCCL_DEBUG=INFO in the engine's
+    environment: those two are all that differs, and they rank in the NCCL category, after the
+    driver and before torch, the engine and other variables."""
+    changes = diff_snapshots(_recorded("h200_topology_full.json"), _recorded("h200_topology_nccl_env.json"))
+    assert [(c.key, c.before, c.after) for c in changes] == [
+        ("software.env.NCCL_DEBUG", None, "INFO"), ("software.env.NCCL_P2P_DISABLE", None, "1")]
+    assert {c.category.name for c in changes} == {"NCCL"}
