@@ -71,23 +71,32 @@ def stored_environment(stored: storage.StoredRun) -> dict:
     return {"arms_differ": core.arm_differences(*arms, run.base_sha, run.head_sha) if all(arms) else []}
 
 
+def _judged(launches: tuple, settings: core.CompareConfig):
+    """(disturbed launches, pairs left out per mode, kept trials per mode and arm) of a stored
+    run's ``launches`` (:func:`stored_launches`), judged again from its stored windows with
+    ``settings``, as the live run judged them."""
+    seqs, by_seq, windows = launches
+    disturbed, left_out = core.judge_compare(seqs, windows, settings)
+    trials = {mode: core.kept({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, left_out[mode])
+              for mode, by_role in seqs.items()}
+    return disturbed, left_out, trials
+
+
 def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[dict, dict]:
     """(report as :func:`core.summarize` makes it, the trials' figures in the statistics) of a
     stored run, with its stored verdicts (``recompute``: verdicts recomputed from the trials).
     Disturbance is judged again from the stored windows with the run's settings, so the
     trials left out are those the live run left out."""
     settings = core.CompareConfig.model_validate(stored.run.settings["compare"])
-    seqs, by_seq, windows = stored_launches(stored)
-    disturbed, left_out = core.judge_compare(seqs, windows, settings)
-    trials = {mode: core.kept({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, left_out[mode])
-              for mode, by_role in seqs.items()}
+    seqs, by_seq, windows = read = stored_launches(stored)
+    disturbed, left_out, trials = _judged(read, settings)
     if recompute:
         verdicts = {m: core.verdict_for(trials[m], settings) for m in stored.run.modes}
     else:
         fields = [f.name for f in core.Verdict.__dataclass_fields__.values()]
         verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
-    launches = core.launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
-    return core.summarize(trials, verdicts, settings, stored_environment(stored), launches, disturbed), trials
+    rows = core.launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
+    return core.summarize(trials, verdicts, settings, stored_environment(stored), rows, disturbed), trials
 
 
 def run_page(stored: storage.StoredRun) -> core.RunPage:
@@ -111,14 +120,15 @@ def run_page(stored: storage.StoredRun) -> core.RunPage:
 def history_checks(db, stored: storage.StoredRun) -> list[core.HistoryCheck]:
     """Per mode and arm of ``stored``, its kept launches against the newest earlier run of the
     same commit on the same host, engine and workload (:func:`core.check_history`; the launches
-    kept as :func:`stored_report` keeps them, on both sides): was the good number real."""
+    kept as :func:`stored_report` keeps them, on both sides, :func:`_judged`): was the good
+    number real."""
     run = stored.run
     settings = core.CompareConfig.model_validate(run.settings["compare"])
-    _, today = stored_report(stored)
+    today = _judged(stored_launches(stored), settings)[2]
     shas = {"base": run.base_sha, "head": run.head_sha}
     past: dict[str, list[core.PastLaunches]] = {}
-    for earlier in storage.earlier_runs(db, run):
-        _, kept = stored_report(earlier)
+    for earlier in storage.earlier_runs(db, run):  # their launches only: no report, no bootstrap
+        kept = _judged(stored_launches(earlier), core.CompareConfig.model_validate(earlier.run.settings["compare"]))[2]
         for mode, arms in kept.items():
             for role, arm in arms.items():
                 sha = earlier.run.base_sha if role == "base" else earlier.run.head_sha

@@ -195,15 +195,22 @@ class SlackCommands:
                            dedupe_key=f"{who[2]}:{body['trigger_id']}" if body.get("trigger_id") else None,
                            args=args, slack={"channel": who[1], "response_url": body.get("response_url")})
 
-    async def _cmd_compare(self, cmd, who, body, host, engine):
-        job = self._job("compare", who, body, host, engine,
-                        {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds})
-        request = compare_request(self.config, job, self.queue.host(host))
+    async def _resolve(self, job, host):
+        """Resolve ``job``'s refs on ``host`` into ``job.args`` (``base_sha``, ``head_sha``);
+        ``None``, or the usage-error reply for a ref that names no commit."""
         try:
-            base_sha, head_sha = await core.resolve_refs(request)
+            base_sha, head_sha = await core.resolve_refs(compare_request(self.config, job, self.queue.host(host)))
         except core.GitError as exc:
             return f"usage error: {exc}", f"usage error: {exc}", None
         job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
+        return None
+
+    async def _cmd_compare(self, cmd, who, body, host, engine):
+        job = self._job("compare", who, body, host, engine,
+                        {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds})
+        if (refused := await self._resolve(job, host)) is not None:
+            return refused
+        base_sha, head_sha = job.args["base_sha"], job.args["head_sha"]
         base = cmd.base or f"{cmd.commit}^"
         return await self._queue(job, who, body, f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` "
                                  f"({base_sha[:10]}) on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}")
@@ -214,12 +221,9 @@ class SlackCommands:
         job = self._job("calibrate", who, body, host, engine,
                         {"head_ref": cmd.commit, "base_ref": cmd.commit, "modes": cmd.modes, "launches": cmd.launches,
                          "calibration": cmd.goal})
-        request = compare_request(self.config, job, self.queue.host(host))
-        try:
-            base_sha, head_sha = await core.resolve_refs(request)
-        except core.GitError as exc:
-            return f"usage error: {exc}", f"usage error: {exc}", None
-        job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
+        if (refused := await self._resolve(job, host)) is not None:
+            return refused
+        head_sha = job.args["head_sha"]
         return await self._queue(job, who, body, f"<@{who[0]}> calibrate `{cmd.commit}` ({head_sha[:10]}) against "
                                  f"itself on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}, "
                                  f"{cmd.launches} launches per arm and mode")

@@ -50,6 +50,8 @@ import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
+from core._host_agent import parse_cpu_list
+
 TEMP_MARGIN_C = 5
 BUSY_CPU_PCT = 50.0
 MEM_AVAILABLE_MIN_FRACTION = 0.10
@@ -313,15 +315,6 @@ def _uniformity(devices: list[dict], under_load: bool) -> list[Check]:
     return rows or [Check("gpu uniformity", CheckStatus.PASS, same)]
 
 
-def _parse_cpu_list(text: str) -> set[int]:
-    """A Linux cpulist ("0-2,5") as a set of CPU numbers."""
-    cpus: set[int] = set()
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
-
-
 def _links_between(gpu: Mapping, devices: list[dict]) -> list[Check]:
     """NVLink links down on a GPU, and pairs of the engine's GPUs without P2P while other pairs
     have it (NCCL then routes that pair through host memory, and the slowest pair sets an
@@ -360,7 +353,7 @@ def _numa(devices: list[dict], engine_cpus: Collection[int] | None) -> list[Chec
     pinned = set(engine_cpus)
     rows = []
     for d in devices:
-        if d.get("cpu_affinity") and not pinned & _parse_cpu_list(d["cpu_affinity"]):
+        if d.get("cpu_affinity") and not pinned & parse_cpu_list(d["cpu_affinity"]):
             node = f"NUMA node {d['numa_node']}" if d.get("numa_node") is not None else "its NUMA node"
             rows.append(Check("numa affinity", CheckStatus.WARN,
                               f"GPU{d['index']} is close to CPUs {d['cpu_affinity']} ({node}); the engine is pinned "

@@ -458,16 +458,24 @@ def _vmstat():
     return out
 
 
+def parse_cpu_list(text):
+    """A Linux cpulist (``"0-2,5"``, as ``Cpus_allowed_list`` and NVML's affinity in the probe
+    write it) as a set of CPU numbers."""
+    cpus = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition("-")
+        if low:
+            cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
 def group_cpus(pgid):
     """The CPUs that processes of group ``pgid`` may run on (union of ``Cpus_allowed_list``)."""
     cpus = set()
     for pid in group_pids(pgid):
         for line in (_read_text("/proc/%d/status" % pid) or "").splitlines():
             if line.startswith("Cpus_allowed_list:"):
-                for part in line.split(":", 1)[1].strip().split(","):
-                    low, _, high = part.partition("-")
-                    if low:
-                        cpus.update(range(int(low), int(high or low) + 1))
+                cpus |= parse_cpu_list(line.split(":", 1)[1])
     return sorted(cpus)
 
 
