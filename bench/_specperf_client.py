@@ -7,7 +7,8 @@ import time
 
 import uvloop
 
-from core import WorkloadConfig, run_workload
+from core import WorkloadConfig
+from core._measure.client import run_workload
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--base-url", required=True)

@@ -74,6 +74,39 @@ def _row(label: str, ms: list[float]) -> str:
             f"{_quantile(ms, 0.99):.0f} | {max(ms):.0f} |")
 
 
+def _report(args: argparse.Namespace, idle: list[float], busy: list[list[float]], queued: int) -> list[str]:
+    """ACK_RESULTS.md's lines: the machine and date, the set-up, and the ack latencies (ms) of
+    the idle burst and of each burst while the run was in progress."""
+    flat = [ms for burst in busy for ms in burst]
+    lines = [
+        "# Slack bot: ack latency under a burst",
+        "",
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python -m bench.ack_latency` "
+        f"(--bursts {args.bursts} --commands {args.commands}).",
+        f"Machine: {platform.node()}, {os.cpu_count()} vCPU ({_cpu_model()}), Python {platform.python_version()}; "
+        "a shared VM: other engineers' work ran on the same two cores, so these are upper bounds.",
+        "",
+        "`specperf bot` (HTTP mode, SQLite) as a real process; the Slack emulator and this client in a",
+        "second process; the fake engine in a third, streaming 2,000-token answers at concurrency 2",
+        "to the bot's own benchmark client during the busy bursts. Each command is a real",
+        "`/specperf compare` that is acked, then resolved with git, queued, audited and announced.",
+        "Latency: from the signed POST to the bot's HTTP 200 (the ack), in ms.",
+        "",
+        "| burst | commands | p50 | p95 | p99 | max |",
+        "| --- | --- | --- | --- | --- | --- |",
+        _row("idle bot", idle),
+        *(_row(f"busy {i + 1} (run in progress)", b) for i, b in enumerate(busy)),
+        _row("all busy bursts", flat),
+        "",
+        f"Goal p99 < 300 ms: {'met' if _quantile(flat, 0.99) < 300 else 'NOT met'} "
+        f"(busy p99 {_quantile(flat, 0.99):.0f} ms). After the bursts the run was still in progress and "
+        f"{queued} jobs were queued behind it (every command queued once).",
+        "",
+        "Bursts are 3 s apart, so a burst can also compete with the previous bursts' after-ack work (git ref resolution, job and audit rows, the parent messages waiting their 1-per-second turn in the channel); that work runs at most 2 commands at a time in threads so that acks keep the event loop. p50 close to p99 is the event loop's round-robin: the 50 acks of a burst finish together, after the burst's total pre-ack CPU work (about 2 ms per command here).",
+    ]
+    return lines
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bursts", type=int, default=3)
@@ -133,33 +166,7 @@ async def main() -> None:
             bot.wait()
         log.close()
         await emulator.close()
-    flat = [ms for burst in busy for ms in burst]
-    lines = [
-        "# Slack bot: ack latency under a burst",
-        "",
-        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, `python -m bench.ack_latency` "
-        f"(--bursts {args.bursts} --commands {args.commands}).",
-        f"Machine: {platform.node()}, {os.cpu_count()} vCPU ({_cpu_model()}), Python {platform.python_version()}; "
-        "a shared VM: other engineers' work ran on the same two cores, so these are upper bounds.",
-        "",
-        "`specperf bot` (HTTP mode, SQLite) as a real process; the Slack emulator and this client in a",
-        "second process; the fake engine in a third, streaming 2,000-token answers at concurrency 2",
-        "to the bot's own benchmark client during the busy bursts. Each command is a real",
-        "`/specperf compare` that is acked, then resolved with git, queued, audited and announced.",
-        "Latency: from the signed POST to the bot's HTTP 200 (the ack), in ms.",
-        "",
-        "| burst | commands | p50 | p95 | p99 | max |",
-        "| --- | --- | --- | --- | --- | --- |",
-        _row("idle bot", idle),
-        *(_row(f"busy {i + 1} (run in progress)", b) for i, b in enumerate(busy)),
-        _row("all busy bursts", flat),
-        "",
-        f"Goal p99 < 300 ms: {'met' if _quantile(flat, 0.99) < 300 else 'NOT met'} "
-        f"(busy p99 {_quantile(flat, 0.99):.0f} ms). After the bursts the run was still in progress and "
-        f"{queued} jobs were queued behind it (every command queued once).",
-        "",
-        "Bursts are 3 s apart, so a burst can also compete with the previous bursts' after-ack work (git ref resolution, job and audit rows, the parent messages waiting their 1-per-second turn in the channel); that work runs at most 2 commands at a time in threads so that acks keep the event loop. p50 close to p99 is the event loop's round-robin: the 50 acks of a burst finish together, after the burst's total pre-ack CPU work (about 2 ms per command here).",
-    ]
+    lines = _report(args, idle, busy, queued)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -8,7 +8,7 @@ did not absorb). Every detector sees ``ln(values)``, so a shift reads the same a
 
 Detectors:
 
-* ``binseg-rank``: what specperf ships (``core._changepoints.detect``): ``ruptures`` binary
+* ``binseg-rank``: what specperf ships (``core._history.changepoints.detect``): ``ruptures`` binary
   segmentation with the rank cost, penalty ``c * ln(n)`` (``--rank-c``, default the shipped
   ``PENALTY_C``; several values give one row each);
 * ``edivisive``: MongoDB's ``signal-processing-algorithms`` E-divisive (what MongoDB and
@@ -37,8 +37,8 @@ import time
 import numpy as np
 import ruptures
 
-from core._changepoints import PENALTY_C
-from core._changepoints import detect as shipped_detect
+from core._history.changepoints import PENALTY_C
+from core._history.changepoints import detect as shipped_detect
 
 try:
     from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive

@@ -22,6 +22,8 @@ import sys
 import core
 import storage
 from bot._runs import stored_launches
+from core._experiments.compare import judge_compare, kept, verdict_for
+from core._experiments.stats import INCONCLUSIVE
 
 
 def replay(stored: storage.StoredRun, policy: str) -> dict[str, dict]:
@@ -38,11 +40,11 @@ def replay(stored: storage.StoredRun, policy: str) -> dict[str, dict]:
         complete = False
         for r in range(1, len(by_role["base"]) // 2 + 1):
             prefix = {role: arm[:2 * r] for role, arm in by_role.items()}
-            _, left_out = core.judge_compare({mode: prefix}, windows, settings)
-            view = core.kept({role: [figures[s] for s in arm] for role, arm in prefix.items()}, left_out[mode])
-            verdict = core.verdict_for(view, settings)
+            _, left_out = judge_compare({mode: prefix}, windows, settings)
+            view = kept({role: [figures[s] for s in arm] for role, arm in prefix.items()}, left_out[mode])
+            verdict = verdict_for(view, settings)
             n = len(view["base"])
-            if n >= settings.min_trials and (verdict.verdict != core.INCONCLUSIVE or n >= settings.max_trials):
+            if n >= settings.min_trials and (verdict.verdict != INCONCLUSIVE or n >= settings.max_trials):
                 complete = True
                 break
         used = [s for arm in prefix.values() for s in arm]
@@ -55,12 +57,12 @@ def quiet_reference(stored: storage.StoredRun) -> dict[str, tuple[str, float | N
     """Per mode: (verdict, change %, pairs) of the run's pairs without a disturbed trial."""
     settings = core.CompareConfig.model_validate(stored.run.settings["compare"])
     seqs, figures, windows = stored_launches(stored)
-    disturbed, _ = core.judge_compare(seqs, windows, settings)
+    disturbed, _ = judge_compare(seqs, windows, settings)
     out = {}
     for mode, by_role in seqs.items():
         pairs = [(b, h) for b, h in zip(by_role["base"], by_role["head"]) if b not in disturbed and h not in disturbed]
         view = {"base": [figures[b] for b, _ in pairs], "head": [figures[h] for _, h in pairs]}
-        verdict = core.verdict_for(view, settings)
+        verdict = verdict_for(view, settings)
         out[mode] = (verdict.verdict, verdict.change_pct, len(pairs))
     return out
 

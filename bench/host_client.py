@@ -14,7 +14,7 @@ kernel has no ``sch_netem``: "Specified qdisc kind is unknown"). Both delays go 
 
 Per added delay and concurrency, the two clients alternate, ``--reps`` runs each, against one
 engine launch: ``here`` is specperf's client in this process through the SSH tunnel
-(``SshHost.forward``); ``host`` is specperf's client started on the host (core/_host_client.py)
+(``SshHost.forward``); ``host`` is specperf's client started on the host (core/_measure/host_client/__init__.py)
 sending to the engine's port there. Each run clears the server's record at the window's start
 (``on_measure_start``), so the truth covers the measured requests only.
 
@@ -44,7 +44,10 @@ import httpx
 import numpy as np
 
 import core
-from core._host_client import run_on_host
+from core._hosts import SshHost, open_host
+from core._measure.client import run_workload
+from core._measure.engines import adapter_for
+from core._measure.host_client import run_on_host
 from tests.exact_rate_server import truth_output_tok_s
 from tests.ssh_server import NetnsUnavailable, SshServer
 
@@ -130,13 +133,13 @@ def _q(values: list[float]) -> tuple[float, float]:
     return float(arr.mean()), float(np.percentile(arr, 99))
 
 
-async def _one_run(placement: str, host: core.SshHost, url: str, port: int, workload: core.WorkloadConfig) -> dict:
+async def _one_run(placement: str, host: SshHost, url: str, port: int, workload: core.WorkloadConfig) -> dict:
     async with httpx.AsyncClient(base_url=url) as control:
         async def clear() -> None:
             await control.delete("/truth")
 
         if placement == "here":
-            sample = await core.run_workload(url, "m", workload, on_measure_start=clear)
+            sample = await run_workload(url, "m", workload, on_measure_start=clear)
         else:
             sample = await run_on_host(host, f"http://127.0.0.1:{port}", "m", workload, on_measure_start=clear)
         truth = (await control.get("/truth")).json()
@@ -167,7 +170,7 @@ async def compare(args: argparse.Namespace) -> tuple[list[dict], str]:
         server, network = SshServer(), f"sshd on loopback (no network namespace: {exc})"
     host_pub = (server.dir / "host_key.pub").read_text().split()[:2]
     proxies: dict[float, DelayProxy] = {}
-    hosts: dict[float, core.SshHost] = {}
+    hosts: dict[float, SshHost] = {}
     rows = []
     try:
         for delay in (0.0, args.delay_ms):
@@ -176,7 +179,7 @@ async def compare(args: argparse.Namespace) -> tuple[list[dict], str]:
             known.write_text(f"[127.0.0.1]:{proxy.port} {' '.join(host_pub)}\n")
             config = server.host_config(workdir=f"{server.dir}/remote", client="host", client_python=sys.executable)
             config = config.model_copy(update={"ssh": "root@127.0.0.1", "port": proxy.port, "known_hosts": str(known)})
-            hosts[delay] = core.open_host(f"delay-{delay:g}ms", config, server.dir)
+            hosts[delay] = open_host(f"delay-{delay:g}ms", config, server.dir)
         port = 18000 + os.getpid() % 1000
         engine = hosts[0.0]
         argv = [sys.executable, "-m", "tests.exact_rate_server", "--port", str(port), "--ttft-ms", f"{TTFT_MS:g}",
@@ -184,7 +187,7 @@ async def compare(args: argparse.Namespace) -> tuple[list[dict], str]:
         async with engine.launch("exact", argv, {"PYTHONPATH": str(ROOT)}, f"{server.dir}/remote/logs/exact.log",
                                  None, 3) as process:
             async with engine.forward(port) as url, httpx.AsyncClient(base_url=url) as client:
-                await core.adapter_for(core.EngineConfig(kind="command", command=argv)).wait_ready(
+                await adapter_for(core.EngineConfig(kind="command", command=argv)).wait_ready(
                     client, 30, lambda: process.returncode, process.log_tail)
             for delay in (0.0, args.delay_ms):
                 host = hosts[delay]

@@ -3,7 +3,7 @@
 Arrangements of the CPU test engine (vLLM's CPU build, scripts/setup-test-engine) are measured
 side by side: in each round every arrangement gets one launch per mode, in a rotated order,
 so a change of the machine over the run (another tenant, a slower neighbour) lands on all of
-them alike. Each launch is a real trial (:func:`core._measure.measure`) of the commit ``main``
+them alike. Each launch is a real trial (:func:`core._measure.trial.measure`) of the commit ``main``
 of the test engine repository.
 
 Per arrangement and mode it reports the launches' output tok/s, their CV, the sd of pair
@@ -34,7 +34,7 @@ from pathlib import Path
 from bot._settings import load_config
 from core._config import HostConfig, WorkloadConfig
 from core._hosts import LocalHost
-from core._measure import TrialResult, measure
+from core._measure.trial import TrialResult, measure
 
 TESTENV = Path(os.environ.get("SPECPERF_TESTENV", Path.home() / ".cache/specperf/testenv"))
 MP = "VLLM_ENABLE_V1_MULTIPROCESSING"

@@ -1,6 +1,6 @@
 """Benchmark: how long the env probe takes, full and cheap (per trial), so a compare's overhead is known.
 
-Each variant runs ``--repeat`` times through :func:`core.probe` (a fresh interpreter each time,
+Each variant runs ``--repeat`` times through :func:`core._env.probe.probe` (a fresh interpreter each time,
 as in a trial), after one untimed warm-up run that fills the page cache:
 
 * ``full``: the whole snapshot, importing torch for its CUDA, cuDNN and NCCL versions;
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-import core
+from core._env.probe import probe, probe_cheap
 
 LOAD_CODE = """
 import sys, time, torch
@@ -74,10 +74,10 @@ def time_variants(python: str, repeat: int) -> dict:
     """{variant: {wall_s: [...], probe_s: [...], timings_s: {section: median}}}."""
     out = {}
     for name, kwargs in VARIANTS:
-        core.probe(python, **kwargs)  # warm-up: page cache, .pyc files
+        probe(python, **kwargs)  # warm-up: page cache, .pyc files
         walls, inside, sections = [], [], {}
         for _ in range(repeat):
-            snapshot = core.probe(python, **kwargs)
+            snapshot = probe(python, **kwargs)
             walls.append(snapshot["wall_s"])
             inside.append(snapshot["probe_s"])
             for section, seconds in snapshot["timings_s"].items():
@@ -90,13 +90,13 @@ def time_variants(python: str, repeat: int) -> dict:
 def record(python: str, directory: Path, settle_s: float) -> None:
     """Write idle.json, idle_cheap.json, load.json, load_cheap.json under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "idle.json").write_text(json.dumps(core.probe(python), indent=1))
-    (directory / "idle_cheap.json").write_text(json.dumps(core.probe_cheap(python), indent=1))
+    (directory / "idle.json").write_text(json.dumps(probe(python), indent=1))
+    (directory / "idle_cheap.json").write_text(json.dumps(probe_cheap(python), indent=1))
     load = start_load(python, settle_s + 20)
     try:
         time.sleep(settle_s)
-        (directory / "load.json").write_text(json.dumps(core.probe(python), indent=1))
-        (directory / "load_cheap.json").write_text(json.dumps(core.probe_cheap(python), indent=1))
+        (directory / "load.json").write_text(json.dumps(probe(python), indent=1))
+        (directory / "load_cheap.json").write_text(json.dumps(probe_cheap(python), indent=1))
     finally:
         load.kill()
         load.wait()
@@ -113,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.record:
         record(args.python, Path(args.record), args.settle_s)
-    about = core.probe(args.python)
+    about = probe(args.python)
     gpu = about["gpu"]
     machine = {
         "host": about["system"].get("hostname"), "cpu": about["system"].get("cpu_model"),

@@ -1,6 +1,6 @@
 """Record real window-monitor documents on an NVIDIA GPU host (fixtures for tests/fixtures/nvml).
 
-Runs ``core/_host_agent.py monitor`` (the per-trial window monitor) around stand-in engines:
+Runs ``core/_hosts/agent.py monitor`` (the per-trial window monitor) around stand-in engines:
 torch bf16 matmul loops started in their own process group, as specperf starts an engine.
 
     python3 -m bench.record_window_gpu OUT_DIR
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT = (ROOT / "core" / "_host_agent.py").read_text()
-PROBE = ROOT / "core" / "_probe_script.py"
+AGENT = (ROOT / "core" / "_hosts" / "agent.py").read_text()
+PROBE = ROOT / "core" / "_env" / "probe_script.py"
 LOOP = """
 import sys, time, torch
 n, seconds = int(sys.argv[1]), float(sys.argv[2])

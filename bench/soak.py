@@ -106,6 +106,13 @@ async def _soak(args, tmp: Path, emulator: SlackEmulator) -> dict:
         log.close()
     wall_s = time.monotonic() - started
 
+    return {**_outcome(db, acked), "disruptions": disruptions, "outage_s": outage_s, "wall_s": wall_s,
+            "log": (tmp / "bot.log").read_text()}
+
+
+def _outcome(db, acked: list[str]) -> dict:
+    """What the database holds once the soak has settled: how each acknowledged command was
+    answered, the jobs, runs and launches, and the soak's checks (each ``True`` when it held)."""
     commands = storage.list_commands(db, limit=10_000)
     jobs = {j.id: j for j in _rows(db, storage.Job)}
     runs, trials = _rows(db, storage.Run), _rows(db, storage.Trial)
@@ -135,10 +142,9 @@ async def _soak(args, tmp: Path, emulator: SlackEmulator) -> dict:
         "finished runs = finished jobs (none ran twice)": (sum(r.status == "done" for r in runs)
                                                            == sum(j.status == "done" for j in jobs.values())),
     }
-    return {"acked": len(acked), "answered": answered, "disruptions": disruptions, "outage_s": outage_s,
-            "jobs": len(jobs), "requeued_after_crash": sum(j.attempts for j in jobs.values()),
-            "runs": Counter(r.status for r in runs), "launches": len([t for t in trials if t.pgid]),
-            "checks": checks, "wall_s": wall_s, "log": (tmp / "bot.log").read_text()}
+    return {"acked": len(acked), "answered": answered, "jobs": len(jobs),
+            "requeued_after_crash": sum(j.attempts for j in jobs.values()),
+            "runs": Counter(r.status for r in runs), "launches": len([t for t in trials if t.pgid]), "checks": checks}
 
 
 def _report(args, result: dict) -> str:

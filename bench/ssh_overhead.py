@@ -33,6 +33,9 @@ from pathlib import Path
 import httpx
 
 import core
+from core._env.probe import probe_async
+from core._hosts import Host, open_host
+from core._measure.engines import adapter_for
 from tests.ssh_server import SshServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,12 +47,12 @@ def _exact_engine(port: int) -> core.EngineConfig:
                              env={"PYTHONPATH": str(ROOT)})
 
 
-async def _trial(host: core.Host, engine: core.EngineConfig, logs: str) -> dict:
+async def _trial(host: Host, engine: core.EngineConfig, logs: str) -> dict:
     phases = {}
     t = time.perf_counter()
-    await core.probe_async(engine.python, cheap=True, host=host)
+    await probe_async(engine.python, cheap=True, host=host)
     phases["probe_before"] = time.perf_counter() - t
-    adapter = core.adapter_for(engine)
+    adapter = adapter_for(engine)
     t = time.perf_counter()
     await host.listeners(engine.port)
     checks = time.perf_counter() - t
@@ -67,7 +70,7 @@ async def _trial(host: core.Host, engine: core.EngineConfig, logs: str) -> dict:
         t = time.perf_counter()
     phases["stop"] = time.perf_counter() - t
     t = time.perf_counter()
-    await core.probe_async(engine.python, cheap=True, host=host)
+    await probe_async(engine.python, cheap=True, host=host)
     phases["probe_after"] = time.perf_counter() - t
     return phases
 
@@ -81,8 +84,8 @@ async def main() -> None:
     server = SshServer()
     work = Path(tempfile.mkdtemp(prefix="specperf-bench-"))
     try:
-        local = core.open_host("local", core.HostConfig(), work / "local")
-        ssh = core.open_host("loopback", server.host_config(workdir=str(work / "ssh")), work)
+        local = open_host("local", core.HostConfig(), work / "local")
+        ssh = open_host("loopback", server.host_config(workdir=str(work / "ssh")), work)
         t = time.perf_counter()
         await ssh.run(["true"])
         first_connection_s = time.perf_counter() - t

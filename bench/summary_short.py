@@ -11,9 +11,9 @@ Two rules are measured on the same series:
 
 * ``before``: the summary before issue 18 on every series, whatever its length: E-divisive
   change points confirmed on the trials and by ``z >= 3`` against the series' noise, and the
-  trailing drift (``core.analyze_series``): reported when a change point is confirmed or the
+  trailing drift (``core._history.changepoints.analyze``): reported when a change point is confirmed or the
   drift is flagged;
-* ``now``: ``core.build_summary`` as it is: under ``SHORT_SERIES_POINTS`` points no
+* ``now``: ``core._history.summary.build_summary`` as it is: under ``SHORT_SERIES_POINTS`` points no
   change-point test, the trial-level test of the newest commit against the first by the
   compare rule; from there on the rule above. Reported when the summary is not quiet.
 
@@ -31,35 +31,37 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-import core
+from core._history.changepoints import analyze as analyze_series
+from core._history.series import Series, SeriesPoint
+from core._history.summary import build_summary
 
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
 
 def make_series(rng: np.random.Generator, n: int, shift: float, at: int, trials: int, trial_sd: float,
-                commit_sd: float) -> core.Series:
+                commit_sd: float) -> Series:
     """One synthetic series (one point a day, ending at ``NOW``)."""
     points = []
     for i in range(n):
         level = 100.0 * (1 - shift if i >= at else 1.0) * np.exp(rng.normal(0, commit_sd))
         values = [float(v) for v in level * np.exp(rng.normal(0, trial_sd, trials))]
         when = NOW - dt.timedelta(days=n - 1 - i)
-        points.append(core.SeriesPoint(
+        points.append(SeriesPoint(
             sha=hashlib.sha1(f"{i}".encode()).hexdigest(), refs=[], output_tok_s=float(np.median(values)),
             acceptance_length=None, trials_output_tok_s=values, trials_acceptance_length=[], run_ids=[i],
             first_measured_at=when, last_measured_at=when, verdicts=[]))
-    return core.Series("e", "h", "baseline", "w", points, "first-parent")
+    return Series("e", "h", "baseline", "w", points, "first-parent")
 
 
-def reported_before(s: core.Series) -> bool:
+def reported_before(s: Series) -> bool:
     """The rule before issue 18: a confirmed change point (z >= 3) or a flagged drift."""
-    a = core.analyze_series([p.output_tok_s for p in s.points], [p.trials_output_tok_s for p in s.points])
+    a = analyze_series([p.output_tok_s for p in s.points], [p.trials_output_tok_s for p in s.points])
     return bool(a.change_points) or bool(a.drift and a.drift.flagged)
 
 
-def reported_now(s: core.Series) -> bool:
+def reported_now(s: Series) -> bool:
     """The summary as it is: not quiet."""
-    return not core.build_summary([s], since=NOW - dt.timedelta(days=30), now=NOW).quiet
+    return not build_summary([s], since=NOW - dt.timedelta(days=30), now=NOW).quiet
 
 
 def cell(args: tuple) -> dict:

@@ -6,7 +6,7 @@ per-request factors (sigma ``--request-cv``), plus a slow linear drift of the ma
 the run (``--drift-pct`` over the whole run). Launches are ordered ABBA as compare orders
 them. For each number of launches per arm, the rules are asked for a verdict:
 
-* ours (core.decide): 95% bootstrap interval beyond the +-2% margin and Mann-Whitney p < 0.05;
+* ours (core._experiments.stats.decide): 95% bootstrap interval beyond the +-2% margin and Mann-Whitney p < 0.05;
 * asv: Mann-Whitney p < 0.002 and a ratio of at least 1.1 (either way);
 * pyperf: Student t-test at 95% (any size of change);
 * single run: one launch per arm, a change beyond +-5% (the "it dropped, it's a regression"
@@ -30,7 +30,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from core import INCONCLUSIVE, REGRESSION, ArmTrial, decide
+from core._experiments.stats import INCONCLUSIVE, REGRESSION, ArmTrial, decide
 
 RULES = ("ours", "ours-adaptive", "asv", "pyperf", "single-run")
 

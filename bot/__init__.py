@@ -4,9 +4,8 @@ bot's ``[slack]``, ``[schedule]`` and ``[[watches]]``), the job queue, the sched
 renderers of reports for the terminal and Slack.
 
 The application layer (``_app.py``) is where a front end's request becomes a validated
-compare or bisect run under the host lock; the CLI (``cli.py``, ``_cmd_*.py``), the Slack
-commands (``_slack_handlers.py``), the job queue (``_jobs.py``) and the scheduler
-(``_scheduler.py``) parse, call it, and render.
+compare or bisect run under the host lock; the CLI (``cli/``), the Slack app (``_slack/``)
+and the job queue and scheduler (``_jobs/``) parse, call it, and render (ARCHITECTURE.md).
 
 ``bot`` is the top layer: it may import ``core`` and ``storage``; nothing imports ``bot``
 (tests and ``bench`` use the public names below). Public names::

@@ -1,12 +1,13 @@
 """The application layer under every front end (the CLI, the Slack commands, the job queue,
 the scheduler): one place that turns (config, engine, workload, modes, refs, options) into a
-validated :class:`core.CompareRequest` or :class:`core.BisectRequest`, resolves modes once
-(the only "engine has no such mode" check of the front ends), and runs an experiment the same
-way for all of them: take the host lock, reconcile what a killed specperf left, record the
-run, then compare or bisect.
+validated :class:`core._experiments.compare.CompareRequest` or
+:class:`core._experiments.bisection.BisectRequest`, resolves modes once (the only "engine has
+no such mode" check of the front ends), and runs an experiment the same way for all of them:
+take the host lock, reconcile what a killed specperf left, record the run, then compare or
+bisect.
 
 Progress reaches a front end by composition: it passes an observer (a
-:class:`core.CompareObserver` or :class:`core.BisectObserver`: the terminal's printer, a job's
+:class:`core.CompareObserver` or :class:`core._experiments.bisection.BisectObserver`: the terminal's printer, a job's
 notifier), which hears every hook beside storage's recorder; storage only persists.
 """
 
@@ -23,9 +24,19 @@ from pydantic import ValidationError
 
 import core
 import storage
-from bot import _slurm as slurm
-from bot._common import pick
+from bot import _slurm_batch as slurm
+from bot._common import data_dir, pick
 from bot._runs import reconcile_runs
+from core._api import lock_owner
+from core._env.disturbance import Disturbance, judge_window
+from core._env.window import WindowMonitor
+from core._experiments.bisection import BisectObserver, BisectRequest, BisectResult, CompareRunner
+from core._experiments.bisection import bisect as run_bisect
+from core._experiments.calibrate import pair_spread_pct, plan
+from core._experiments.compare import CompareRequest
+from core._experiments.compare import compare as _compare
+from core._hosts import Host, SlurmHost
+from core._measure.trial import TrialResult
 
 
 @dataclass(frozen=True)
@@ -79,9 +90,11 @@ def bisect_mode(config: core.Config, engine_name: str, mode: str | None) -> str:
 
 
 def compare_settings(config: core.Config, *, min_trials: int | None = None, max_trials: int | None = None,
-                     margin_pct: float | None = None, rounds: int | None = None) -> core.CompareConfig:
+                     margin_pct: float | None = None, rounds: int | None = None,
+                     profile: str | None = None) -> core.CompareConfig:
     """``[compare]`` with these overrides; ``rounds`` N fixes the launches per arm and mode at 2N
-    (N ABBA rounds; disturbed trials are then kept and named, not re-measured).
+    (N ABBA rounds; disturbed trials are then kept and named, not re-measured); ``profile``:
+    when a profile round follows (``on-change``, ``always``, ``never``).
 
     Raises:
         core.ConfigError: the overrides do not validate (e.g. max below min).
@@ -89,7 +102,8 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
     if rounds:
         min_trials = max_trials = 2 * rounds
     overrides = {k: v for k, v in (("min_trials", min_trials), ("max_trials", max_trials),
-                                   ("margin_pct", margin_pct), ("max_remeasured_pairs", 0 if rounds else None))
+                                   ("margin_pct", margin_pct), ("max_remeasured_pairs", 0 if rounds else None),
+                                   ("profile", profile))
                  if v is not None}
     try:
         return core.CompareConfig.model_validate({**config.compare.model_dump(), **overrides})
@@ -100,31 +114,31 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
         raise core.ConfigError(f"bad compare option {option}: {error['msg'].removeprefix('Value error, ')}") from None
 
 
-def compare_request(config: core.Config, choice: Choice, host: core.Host, head_ref: str, base_ref: str | None,
+def compare_request(config: core.Config, choice: Choice, host: Host, head_ref: str, base_ref: str | None,
                     modes: list[str] | None, settings: core.CompareConfig | None = None,
-                    force_clean: bool = False) -> core.CompareRequest:
+                    force_clean: bool = False) -> CompareRequest:
     """A validated compare of ``head_ref`` against ``base_ref`` (``None``: its first parent).
 
     Raises:
         core.ConfigError: a mode the engine lacks.
     """
-    return core.CompareRequest(
+    return CompareRequest(
         engine_name=choice.engine_name, engine=choice.engine, workload_name=choice.workload_name,
         workload=choice.workload, head_ref=head_ref, base_ref=base_ref,
         modes=resolve_modes(config, choice.engine_name, modes), settings=settings or config.compare, host=host,
         force_clean=force_clean)
 
 
-def bisect_request(config: core.Config, choice: Choice, host: core.Host, good_ref: str, bad_ref: str,
+def bisect_request(config: core.Config, choice: Choice, host: Host, good_ref: str, bad_ref: str,
                    mode: str | None, settings: core.CompareConfig | None = None,
-                   force_clean: bool = False) -> core.BisectRequest:
+                   force_clean: bool = False) -> BisectRequest:
     """A validated bisect of ``good_ref``..``bad_ref`` in ``mode`` (default: :func:`bisect_mode`),
     with the engine's triage rules.
 
     Raises:
         core.ConfigError: a mode the engine lacks.
     """
-    return core.BisectRequest(
+    return BisectRequest(
         engine_name=choice.engine_name, engine=choice.engine, workload_name=choice.workload_name,
         workload=choice.workload, good_ref=good_ref, bad_ref=bad_ref,
         mode=bisect_mode(config, choice.engine_name, mode), settings=settings or config.compare, host=host,
@@ -157,6 +171,10 @@ class CompareObservers(core.CompareObserver):
         for o in self.observers:
             o.trial_failed(arm, seq, error)
 
+    def profile_launched(self, mode, role, process) -> None:
+        for o in self.observers:
+            o.profile_launched(mode, role, process)
+
     def verdicts_updated(self, verdicts) -> None:
         for o in self.observers:
             o.verdicts_updated(verdicts)
@@ -170,11 +188,11 @@ class CompareObservers(core.CompareObserver):
             o.finished(result)
 
 
-class BisectObservers(core.BisectObserver):
+class BisectObservers(BisectObserver):
     """Every hook of a bisect passed to each observer in turn (storage's recorder first); each
     step's compare is observed by all of their compare observers."""
 
-    def __init__(self, *observers: core.BisectObserver | None) -> None:
+    def __init__(self, *observers: BisectObserver | None) -> None:
         self.observers = [o for o in observers if o is not None]
 
     def started(self, good_sha, bad_sha, commits) -> None:
@@ -197,7 +215,7 @@ class BisectObservers(core.BisectObserver):
             o.finished(result)
 
 
-def trial_line(trial: core.TrialResult) -> str:
+def trial_line(trial: TrialResult) -> str:
     """``1,234.5 tok/s, acceptance length 2.50`` (the acceptance part only when measured)."""
     acceptance = trial.engine.acceptance_length
     extra = f", acceptance length {acceptance:.2f}" if acceptance is not None else ""
@@ -223,7 +241,7 @@ async def _reconcile(db, config: core.Config, session: Session) -> None:
             session.reconciled(run_id, reason)
 
 
-async def compare(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str], session: Session,
+async def compare(config: core.Config, db, request: CompareRequest, shas: tuple[str, str], session: Session,
                   observer: core.CompareObserver | None = None,
                   on_run: Callable[[int], Awaitable[None] | None] | None = None,
                   extra: dict | None = None) -> tuple[int, core.CompareResult]:
@@ -238,17 +256,18 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
         sqlalchemy.exc.SQLAlchemyError: a write of the run failed (the compare stopped at the
             next hook, its engine stopped).
     """
-    async with request.host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+    async with request.host.lock(lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         store = storage.RunStore(db)
         run_id = await asyncio.to_thread(store.create, request, *shas, extra)
+        request.profile_dir = request.profile_dir or str(data_dir() / "profiles" / f"run-{run_id}")
         if on_run is not None and (pending := on_run(run_id)) is not None:
             await pending
         if session.before_run is not None:
             session.before_run(config)
         recorder = storage.WriteBehind(store)  # the run's writes off the event loop, in order
         try:
-            result = await core.compare(request, CompareObservers(recorder, observer), shas=shas)
+            result = await _compare(request, CompareObservers(recorder, observer), shas=shas)
         except BaseException:
             await asyncio.shield(asyncio.to_thread(recorder.drain, raise_error=False))
             raise
@@ -256,11 +275,11 @@ async def compare(config: core.Config, db, request: core.CompareRequest, shas: t
         return run_id, result
 
 
-async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest, shas: tuple[str, str],
+async def compare_on_slurm(config: core.Config, db, request: CompareRequest, shas: tuple[str, str],
                            session: Session, observer: core.CompareObserver | None = None,
                            on_run: Callable[[int], Awaitable[None] | None] | None = None,
                            extra: dict | None = None, detach: Callable[[], bool] | None = None) -> int:
-    """Run ``request`` on a Slurm host (:mod:`bot._slurm`): reconcile, submit it as one Slurm job
+    """Run ``request`` on a Slurm host (:mod:`bot._slurm_batch`): reconcile, submit it as one Slurm job
     (Slurm queues it; no host lock), ``on_run(run_id)`` as in :func:`compare`, and follow the
     job to its end with ``observer`` hearing its progress. Cancelled (Ctrl-C), it cancels the
     job, unless ``detach()`` is true then (a bot stopping cleanly leaves it running for the
@@ -273,7 +292,7 @@ async def compare_on_slurm(config: core.Config, db, request: core.CompareRequest
     return await slurm.run(db, request, shas, observer, on_run, extra, detach=detach)
 
 
-class _Started(core.BisectObserver):
+class _Started(BisectObserver):
     """Sets ``event`` once the bisect's range is resolved (its run recorded)."""
 
     def __init__(self) -> None:
@@ -283,44 +302,44 @@ class _Started(core.BisectObserver):
         self.event.set()
 
 
-async def bisect(config: core.Config, db, request: core.BisectRequest, session: Session,
-                 observer: Callable[[storage.BisectStore], core.BisectObserver] | None = None,
+async def bisect(config: core.Config, db, request: BisectRequest, session: Session,
+                 observer: Callable[[storage.BisectStore], BisectObserver] | None = None,
                  on_run: Callable[[int], Awaitable[None] | None] | None = None,
-                 ) -> tuple[storage.BisectStore, core.BisectResult]:
+                 ) -> tuple[storage.BisectStore, BisectResult]:
     """Run ``request`` under the host lock: reconcile, then bisect, recorded by a
     :class:`storage.BisectStore` (its ``run_id`` once the range is resolved, ``compare_runs``
     per step) with ``observer(store)`` beside it; ``on_run(run_id)`` as soon as the bisect run
     is recorded (while the bisect goes on). Returns (the store, the result).
 
     On a Slurm host there is no host lock: each step's compare is a Slurm job of its own, and
-    each round runs ``[slurm].bisect_parallel`` of them side by side (:func:`bot._slurm.bisect_parallel`:
-    a k-ary search, core._commit_bisect); the result's ``spend`` compares the node-hours used
+    each round runs ``[slurm].bisect_parallel`` of them side by side (:func:`bot._slurm_batch.bisect_parallel`:
+    a k-ary search, core._experiments.bisection); the result's ``spend`` compares the node-hours used
     with a sequential bisect's.
 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
     """
     host = request.host
-    if isinstance(host, core.SlurmHost):
+    if isinstance(host, SlurmHost):
         request = dataclasses.replace(request, parallel=await slurm.bisect_parallel(host))
         store = storage.BisectStore(db, request, compare_extra=slurm.run_settings())
         await _reconcile(db, config, session)
         return await _bisect(config, request, store, session, observer, on_run, slurm.bisect_runner(db, store))
-    async with host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+    async with host.lock(lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         return await _bisect(config, request, storage.BisectStore(db, request), session, observer, on_run, None)
 
 
-async def _bisect(config: core.Config, request: core.BisectRequest, store: storage.BisectStore, session: Session,
-                  observer: Callable[[storage.BisectStore], core.BisectObserver] | None,
+async def _bisect(config: core.Config, request: BisectRequest, store: storage.BisectStore, session: Session,
+                  observer: Callable[[storage.BisectStore], BisectObserver] | None,
                   on_run: Callable[[int], Awaitable[None] | None] | None,
-                  run_compare: core.CompareRunner | None) -> tuple[storage.BisectStore, core.BisectResult]:
+                  run_compare: CompareRunner | None) -> tuple[storage.BisectStore, BisectResult]:
     """The bisect of :func:`bisect`, once its host is held (or, on Slurm, needs no holding)."""
     started = _Started()
     if session.before_run is not None:
         session.before_run(config)
     observers = BisectObservers(store, started, observer(store) if observer else None)
-    task = asyncio.create_task(core.bisect(request, observers, run_compare))
+    task = asyncio.create_task(run_bisect(request, observers, run_compare))
     waiter = asyncio.create_task(started.event.wait())
     try:
         await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
@@ -351,13 +370,13 @@ def calibration_goal(launches: int, change_pct: float, power: float) -> dict:
 
 
 def calibration_lines(trials: dict, goal: dict, alpha: float) -> list[str]:
-    """Per mode of a calibration's trials (:func:`core.figures`: mode -> {"base", "head"}) one
+    """Per mode of a calibration's trials (:func:`core._experiments.compare.figures`: mode -> {"base", "head"}) one
     line: its launch-to-launch spread and the margin and launches per arm that reach ``goal``
-    (:func:`calibration_goal`) at significance ``alpha`` (:func:`core.plan`)."""
+    (:func:`calibration_goal`) at significance ``alpha`` (:func:`core._experiments.calibrate.plan`)."""
     lines = []
     for mode, arms in trials.items():
-        spread = core.pair_spread_pct(arms["base"], arms["head"])
-        line = core.plan(spread, goal["change_pct"], goal["power"], alpha).line() if spread \
+        spread = pair_spread_pct(arms["base"], arms["head"])
+        line = plan(spread, goal["change_pct"], goal["power"], alpha).line() if spread \
             else "too few undisturbed pairs for a spread"
         lines.append(f"calibration {mode}: {line}")
     return lines
@@ -405,19 +424,19 @@ def probe_target(config: core.Config, engine: str | None = None, host: str | Non
 @dataclass
 class WatchResult:
     """A watch (the per-trial window monitor alone, :func:`watch`): the ``target`` it ran with,
-    the monitor's ``window`` document, its ``judged`` disturbance (:func:`core.judge_window`
+    the monitor's ``window`` document, its ``judged`` disturbance (:func:`core._env.disturbance.judge_window`
     with ``[compare.disturbance]``) and where the window was saved (``path``). ``status`` and
     ``reason`` as a job's result reads them (always ``done``, no reason)."""
 
     target: ProbeTarget
     window: dict
-    judged: core.Disturbance
+    judged: Disturbance
     path: str | None = None
     status: str = "done"
     reason: str | None = None
 
 
-async def watch(config: core.Config, host: core.Host, target: ProbeTarget, seconds: float,
+async def watch(config: core.Config, host: Host, target: ProbeTarget, seconds: float,
                 session: Session | None = None, tick: Callable[[float], None] | None = None) -> WatchResult:
     """Run the window monitor alone on ``host`` for ``seconds`` s with ``target``'s Python and
     CPUs, judged as a trial's window would be; under the host lock when ``session`` is given
@@ -429,7 +448,7 @@ async def watch(config: core.Config, host: core.Host, target: ProbeTarget, secon
         core.HostBusyError: the host is busy and ``session.wait`` is false.
     """
     async def monitored() -> dict:
-        monitor = core.WindowMonitor(host, target.python, -1, target.cpus)
+        monitor = WindowMonitor(host, target.python, -1, target.cpus)
         await monitor.open()
         await monitor.start()
         started = time.monotonic()
@@ -442,8 +461,8 @@ async def watch(config: core.Config, host: core.Host, target: ProbeTarget, secon
     if session is None:
         window = await monitored()
     else:
-        async with host.lock(core.lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
+        async with host.lock(lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
             window = await monitored()
     if "error" in window:
         raise core.HostError(window["error"])
-    return WatchResult(target, window, core.judge_window(window, config.compare.disturbance))
+    return WatchResult(target, window, judge_window(window, config.compare.disturbance))

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import core
 import storage
+from core._api import lock_owner
+from core._env.disturbance import Disturbance
+from core._hosts import Host
+from core._hosts import open_host as _open_host
 
 
 class SlackUnavailableError(core.SpecperfError):
@@ -58,7 +62,7 @@ def pin_client(config: core.Config, console) -> None:
             console.print(f"[yellow]warning: cannot pin the client to CPUs {config.client_cpus}: {exc}")
 
 
-def open_host(config: core.Config, name: str) -> core.Host:
+def open_host(config: core.Config, name: str) -> Host:
     """The host ``name`` of the config (``local`` always exists); the local host's work
     directory is ``<data dir>/work``. Close it (``async with``) when done.
 
@@ -67,7 +71,7 @@ def open_host(config: core.Config, name: str) -> core.Host:
     """
     if name not in config.hosts:
         raise core.ConfigError(f"no host named {name!r} in the config (known hosts: {', '.join(sorted(config.hosts))})")
-    return core.open_host(name, config.hosts[name], data_dir() / "work", config.source)
+    return _open_host(name, config.hosts[name], data_dir() / "work", config.source)
 
 
 STDOUT = "-"  # ``--json -``: the JSON document on standard output
@@ -92,29 +96,44 @@ def check_output_path(option: str, path: str | None) -> None:
     """Fail before any work if ``--option path`` cannot be written (``-``, standard output, can).
 
     Raises:
-        core.ConfigError: ``path`` is a folder, or its folder does not exist.
+        core.ConfigError: ``path`` is a folder, its folder does not exist, or this user may not
+            write there.
     """
-    if path and path != STDOUT and (Path(path).is_dir() or not Path(path).resolve().parent.is_dir()):
+    if not path or path == STDOUT:
+        return
+    target = Path(path)
+    if target.is_dir() or not target.resolve().parent.is_dir():
         raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
+    if not os.access(target if target.exists() else target.resolve().parent, os.W_OK):
+        raise core.ConfigError(f"--{option} {path}: this user may not write there; give a path you may write to")
 
 
 def write_json(path: str | Path, document: dict, console, label: str | None = "report:") -> None:
     """Write ``document`` as indented JSON to ``path`` and say so on ``console`` as
-    ``LABEL PATH`` (``None``: say nothing); ``-`` writes it to standard output and says nothing."""
+    ``LABEL PATH`` (``None``: say nothing); ``-`` writes it to standard output and says nothing.
+
+    Raises:
+        core.ConfigError: the file cannot be written (a full disk, ``/dev/full``): one line
+            naming it and the cause.
+    """
     text = json.dumps(document, indent=2)
     if str(path) == STDOUT:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
         return
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    except OSError as exc:  # after the work: what was measured is stored, the file is not
+        raise core.ConfigError(f"--json {path}: cannot write it ({exc.strerror or exc}); what was measured is stored "
+                               "(`specperf show RUN --json PATH` writes a run's report again)") from None
     if label is not None:
         console.print(f"{label} {path}", markup=False, highlight=False)
 
 
 def host_args(parser) -> None:
     """``--host``, ``--no-wait`` and ``--force-clean``: where an experiment runs and how it treats
-    a busy host (its lock) and foreign GPU processes (core._hygiene)."""
+    a busy host (its lock) and foreign GPU processes (core._env.hygiene)."""
     parser.add_argument("--host", help="host to run on (default: the engine's host from the config)")
     parser.add_argument("--no-wait", action="store_true", help="fail at once if the host is busy with another experiment")
     parser.add_argument("--force-clean", action="store_true",
@@ -122,8 +141,8 @@ def host_args(parser) -> None:
 
 
 def owner(command: str) -> dict:
-    """Who holds a host lock: this process, for a waiter's message (:func:`core.lock_owner`)."""
-    return core.lock_owner(command)
+    """Who holds a host lock: this process, for a waiter's message (:func:`core._api.lock_owner`)."""
+    return lock_owner(command)
 
 
 def owner_alive(db) -> Callable[[dict], bool]:
@@ -145,7 +164,7 @@ def database(config: core.Config, url: str | None = None):
 
 def speedup_text(sides: dict) -> str:
     """EAGLE-3's speedup over baseline on each side and its change, one line (``""`` if none):
-    ``sides`` is one entry of :func:`core.summarize`'s ``speedups``."""
+    ``sides`` is one entry of :func:`core._experiments.report.summarize`'s ``speedups``."""
     parts = []
     for role, label in (("base", "base"), ("head", "commit")):
         if s := sides[role]:
@@ -156,8 +175,24 @@ def speedup_text(sides: dict) -> str:
     return "; ".join(parts)
 
 
+def profile_lines(entry: dict) -> list[str]:
+    """A mode's profile round in words (``entry``: one mode of a summarized report): the line
+    naming the ops whose time per step moved, then where each arm's traces are kept (Perfetto,
+    ui.perfetto.dev, opens them); ``[]`` for a mode not profiled. The same in the terminal and
+    in Slack."""
+    profile = entry.get("profile")
+    if not profile:
+        return []
+    lines = [f"profile: {profile['line']}"]
+    if profile.get("status") == "done":
+        where = "; ".join(f"{label} {', '.join(profile[role]['traces'])}"
+                          for role, label in (("base", "base"), ("head", "commit")))
+        lines.append(f"traces (Perfetto opens them): {where}")
+    return lines
+
+
 def disturbed_lines(report: dict) -> list[str]:
-    """One line per disturbed launch of a :func:`core.summarize` report: ``launch 9 (baseline
+    """One line per disturbed launch of a :func:`core._experiments.report.summarize` report: ``launch 9 (baseline
     commit, re-measured): <reasons>``; the same in the terminal and in Slack."""
     lines = []
     for row in report.get("launches", []):
@@ -183,9 +218,9 @@ def seconds_arg(text: str) -> float:
     return value
 
 
-def window_rows(window: dict, judged: core.Disturbance) -> list[tuple[str, str]]:
+def window_rows(window: dict, judged: Disturbance) -> list[tuple[str, str]]:
     """(figure, value) rows of a window monitor's document, the same in the terminal and in
-    Slack; the engine's CPUs' foreign share is the one ``judged`` (:func:`core.judge_window` of
+    Slack; the engine's CPUs' foreign share is the one ``judged`` (:func:`core._env.disturbance.judge_window` of
     this window) was decided on, so the table and the verdict line say the same number."""
     cpu, cpus, memory = window["cpu"], window["engine_cpus"], window["memory"]
     total, unattributed = judged.engine_cpus_foreign_share or 0.0, judged.engine_cpus_unattributed_share or 0.0
@@ -199,7 +234,7 @@ def window_rows(window: dict, judged: core.Disturbance) -> list[tuple[str, str]]
             ("swapped in / out", f"{memory.get('swap_in_mib', 0):g} / {memory.get('swap_out_mib', 0):g} MiB")]
 
 
-def watch_verdict(judged: core.Disturbance) -> str:
+def watch_verdict(judged: Disturbance) -> str:
     """The one line a watch ends with: DISTURBED and why, or quiet."""
     if judged.disturbed:
         return "a trial measured now would be DISTURBED: " + "; ".join(judged.reasons)

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 import core
-from core import ConfigSection, expand_vars
+from core._strict_model import ConfigSection, expand_vars
 
 
 class AllowList(ConfigSection):

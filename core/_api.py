@@ -12,19 +12,19 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
-from core._checks import Check, CheckStatus, run_checks, worst
-from core._compare import (
+from core._config import Config, EngineConfig
+from core._env.checks import Check, CheckStatus, run_checks, worst
+from core._env.probe import probe_async
+from core._errors import ConfigError
+from core._experiments.compare import (
     CompareObserver,
     CompareRequest,
     CompareResult,
     compare,
     resolve_refs,
 )
-from core._config import Config, EngineConfig
-from core._errors import ConfigError
 from core._hosts import Host, open_host
-from core._probe import probe_async
-from core._triage import TriageReport, triage
+from core._triage.rank import TriageReport, triage
 
 
 def data_dir() -> Path:

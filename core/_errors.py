@@ -25,8 +25,16 @@ class EngineError(SpecperfError):
 
     def __init__(self, message: str, log_tail: str = "") -> None:
         self.log_tail = log_tail
-        full = message if not log_tail else f"{message}\n--- engine log tail ---\n{log_tail}"
+        full = message if not log_tail else f"{message}{LOG_TAIL_MARK}{log_tail}"
         super().__init__(full)
+
+
+LOG_TAIL_MARK = "\n--- engine log tail ---\n"
+
+
+def without_log_tail(exc: BaseException) -> str:
+    """An error's message without the engine log tail an :class:`EngineError` appends."""
+    return str(exc).split(LOG_TAIL_MARK)[0]
 
 
 class EngineNotReadyError(EngineError):

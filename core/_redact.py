@@ -3,7 +3,7 @@ replaced by ``<redacted>`` before they reach a stored row (runs' settings, trial
 texts), a configuration error, or a text posted to Slack or logged after a Slack failure.
 
 Secret-looking: a name holding KEY, TOKEN, SECRET or PASSWORD (the environment probe's rule,
-core._probe_script, which runs on hosts standalone). Four places carry them: an ``env`` table
+core._env.probe_script, which runs on hosts standalone). Four places carry them: an ``env`` table
 entry of such a name (its value, literal or from ``${VAR}``), the value of any such environment
 variable wherever it was expanded into a string (``--api-key ${VLLM_API_KEY}``), the argument
 after, or the value in, a command-line option of such a name (``--api-key sk-...``,

@@ -10,14 +10,16 @@ Branches, each one commit on top of ``main`` (the base):
 * ``noop``: a comment changes; nothing else.
 * ``slow-step``: every decode step (``execute_model`` and ``sample_tokens`` of the model
   runner) is made slower by ``STEP_SLOWDOWN = 0.15``, i.e. 15% more time, in both modes.
-* ``slow-spec``: only the speculative path (``propose_draft_token_ids``) costs a fixed
-  ``SPEC_DELAY_US = 8000`` microseconds more per step (EAGLE-3 tok/s 40-50% lower on
-  a 2-vCPU VM, where launch-to-launch spread reaches +-20%); baseline never runs it.
+* ``slow-spec``: only the speculative path (``propose_draft_token_ids``) does more work: one
+  extra ``SPEC_MATMUL_N = 640`` square float32 matrix product per draft proposal, a real
+  ``aten::mm`` that the profiler sees (about 8 ms on one core of the 2-vCPU VM: EAGLE-3 tok/s
+  40-50% lower there, where launch-to-launch spread reaches +-20%); baseline never runs it.
 * ``broken-draft``: draft proposals are shifted by one token id, so (the test target always
   emits token 0, scripts/make_test_models.py) no proposal is accepted again.
 * ``fails-to-start``: the plugin raises at load, so the engine dies during start-up.
 
-Delays are busy waits, so they cost CPU time as a slower kernel would. Usage:
+``slow-step``'s delay is a busy wait, so it costs CPU time as a slower kernel would, but no
+op (a profile shows it as the step's own time outside ops). Usage:
 ``python make_engine_repo.py PATH`` (PATH must not exist or be empty).
 """
 
@@ -30,7 +32,7 @@ PLUGIN = '''"""specperf's test engine extension (a vLLM general plugin)."""
 import time
 
 STEP_SLOWDOWN = {step}
-SPEC_DELAY_US = {spec}
+SPEC_MATMUL_N = {spec}
 BREAK_DRAFT = {broken}
 FAIL_AT_START = {fail}
 {comment}
@@ -50,9 +52,13 @@ def _slower(method, fraction):
     return wrapper
 
 
-def _delayed(method, delay_us):
+def _with_matmul(method, n):
+    import torch
+
+    weight = torch.randn(n, n)  # made once: per call only the product runs
+
     def wrapper(*args, **kwargs):
-        _busy_wait_ns(delay_us * 1000)
+        torch.mm(weight, weight)
         return method(*args, **kwargs)
     return wrapper
 
@@ -77,8 +83,8 @@ def install():
     if STEP_SLOWDOWN:
         runner.execute_model = _slower(runner.execute_model, STEP_SLOWDOWN)
         runner.sample_tokens = _slower(runner.sample_tokens, STEP_SLOWDOWN)
-    if SPEC_DELAY_US:
-        runner.propose_draft_token_ids = _delayed(runner.propose_draft_token_ids, SPEC_DELAY_US)
+    if SPEC_MATMUL_N:
+        runner.propose_draft_token_ids = _with_matmul(runner.propose_draft_token_ids, SPEC_MATMUL_N)
     if BREAK_DRAFT:
         runner.propose_draft_token_ids = _shifted(runner.propose_draft_token_ids)
 '''
@@ -87,7 +93,7 @@ BASE = dict(step=0.0, spec=0, broken=False, fail=False, comment="")
 BRANCHES = {
     "noop": ("docs: explain the extension's knobs", dict(comment="# Knobs above: each test branch turns one on.")),
     "slow-step": ("model runner: 15% slower every decode step", dict(step=0.15)),
-    "slow-spec": ("spec decode: 8 ms more per draft proposal", dict(spec=8000)),
+    "slow-spec": ("spec decode: one more 640x640 matmul per draft proposal", dict(spec=640)),
     "broken-draft": ("spec decode: shift draft token ids (breaks acceptance)", dict(broken=True)),
     "fails-to-start": ("plugin: raise at load", dict(fail=True)),
 }

@@ -11,8 +11,9 @@ from here.
 
 Public names: open_database, default_url, StorageError, NoSuchRunError, RunStore, WriteBehind (a recorder's
 writes on a thread of their own), BisectStore, StoredRun, load_run,
-list_runs, abandoned_runs, mark_abandoned, update_settings, unsettled_slurm_runs, load_series (history series, as core.Series),
-load_findings (what a period's runs found, as core.PeriodRuns), and
+list_runs, abandoned_runs, mark_abandoned, update_settings, unsettled_slurm_runs,
+load_series (history series, as core._history.series.Series),
+load_findings (what a period's runs found, as core._history.findings.PeriodRuns), and
 the tables Run, Arm, Trial, EnvSnapshot, VerdictRow; the bot's job queue (enqueue, claim_next, run_threads,
 cancel_queued, orphaned_jobs, requeue_or_fail, ...) and command audit (record_command,
 list_commands, receive_command, answer_command, unanswered_commands, take_command), replay
@@ -24,7 +25,7 @@ Owner; short_error names a database error without its SQL).
 
 from storage._db import NoSuchRunError, StorageError, default_url, open_database
 from storage._history import load_findings, load_series
-from storage._jobs import (
+from storage._job_queue import (
     adopt,
     answer_command,
     cancel_queued,

@@ -25,17 +25,9 @@ from collections.abc import Sequence
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from core import (
-    IMPROVEMENT,
-    REGRESSION,
-    BisectFinding,
-    CompareFinding,
-    FailedRun,
-    PeriodRuns,
-    Series,
-    SeriesPoint,
-    env_changes,
-)
+from core._experiments.stats import IMPROVEMENT, REGRESSION
+from core._history.findings import BisectFinding, CompareFinding, FailedRun, PeriodRuns
+from core._history.series import Series, SeriesPoint, env_changes
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
 
 
@@ -43,20 +35,11 @@ def _aware(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)  # SQLite drops the zone
 
 
-def load_series(db: Engine, *, engine_name: str | None = None, host: str | None = None,
-                commit_order: dict[str, Sequence[str]] | Sequence[str] | None = None) -> list[Series]:
-    """Every series in the database (optionally of one engine or host).
-
-    Args:
-        db: the database.
-        engine_name, host: keep only these.
-        commit_order: SHAs oldest first, for all engines, or ``{engine name: SHAs}``; an
-            engine without one is ordered by run time.
-
-    Returns:
-        Series sorted by (db, host, mode, workload); only ``done`` runs and ``ok`` trials
-        count; a series has at least one point.
-    """
+def _series_rows(db: Engine, engine_name: str | None, host: str | None) -> tuple[list, list, list, list, list]:
+    """The rows a history needs, in one session: ``done`` runs (of ``engine_name`` and
+    ``host`` where given) oldest first, their arms, their ``ok`` trials' figures (run, arm,
+    output tok/s, acceptance length; not the per-request records), their arms' full env
+    snapshots (oldest first) and their verdicts."""
     with Session(db) as session:
         query = select(Run).where(Run.status == "done").order_by(Run.created_at, Run.id)
         if engine_name:
@@ -75,12 +58,55 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
                                       .order_by(EnvSnapshot.id))) if run_ids else []
         verdicts = list(session.exec(select(VerdictRow).where(VerdictRow.run_id.in_(run_ids)))) if run_ids else []
 
+    return runs, arms, trials, snapshots, verdicts
+
+
+def _points(collected: dict[str, dict], shas: list[str], snapshot_of: dict[str, dict], by_run: dict[int, Run],
+            run_snapshot: dict[tuple[int, str], dict]) -> list[SeriesPoint]:
+    """One series' points at ``shas`` (in order) from its ``collected`` figures per SHA, each
+    with the environment changes against the previous point's snapshot and its trials per run
+    (``by_run``: the runs by id; ``run_snapshot``: (run id, sha) -> that run's snapshot)."""
+    points, previous_env = [], None
+    for sha in shas:
+        entry = collected[sha]
+        env = snapshot_of.get(sha)
+        points.append(SeriesPoint(
+            sha=sha, refs=entry["refs"], output_tok_s=statistics.median(entry["tok"]),
+            acceptance_length=statistics.median(entry["acc"]) if entry["acc"] else None,
+            trials_output_tok_s=entry["tok"], trials_acceptance_length=entry["acc"],
+            run_ids=sorted(entry["runs"]), first_measured_at=min(entry["times"]),
+            last_measured_at=max(entry["times"]), verdicts=entry["verdicts"], env=env,
+            env_changes=env_changes(previous_env, env),
+            runs=[(run_id, _aware(by_run[run_id].created_at), tok, run_snapshot.get((run_id, sha)))
+                  for run_id, tok in sorted(entry.get("by_run", {}).items())],
+        ))
+        previous_env = env or previous_env
+    return points
+
+
+def load_series(db: Engine, *, engine_name: str | None = None, host: str | None = None,
+                commit_order: dict[str, Sequence[str]] | Sequence[str] | None = None) -> list[Series]:
+    """Every series in the database (optionally of one engine or host).
+
+    Args:
+        db: the database.
+        engine_name, host: keep only these.
+        commit_order: SHAs oldest first, for all engines, or ``{engine name: SHAs}``; an
+            engine without one is ordered by run time.
+
+    Returns:
+        Series sorted by (db, host, mode, workload); only ``done`` runs and ``ok`` trials
+        count; a series has at least one point.
+    """
+    runs, arms, trials, snapshots, verdicts = _series_rows(db, engine_name, host)
     by_run = {r.id: r for r in runs}
     arm_of = {a.id: a for a in arms}
     snapshot_of: dict[str, dict] = {}  # sha -> newest full snapshot (ids ascend with time)
+    run_snapshot: dict[tuple[int, str], dict] = {}  # (run, sha) -> that run's snapshot of it
     for snap in snapshots:
         run = by_run[snap.run_id]
-        snapshot_of[run.base_sha if snap.phase == "arm-base" else run.head_sha] = snap.data
+        sha = run.base_sha if snap.phase == "arm-base" else run.head_sha
+        snapshot_of[sha] = run_snapshot[run.id, sha] = snap.data
     verdicts_of: dict[tuple[int, str], VerdictRow] = {(v.run_id, v.mode): v for v in verdicts}
 
     # (db, host, mode, workload) -> sha -> collected figures
@@ -108,6 +134,7 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
         run = by_run[run_id]
         entry = collected[(run.engine_name, run.host, arm.mode, run.workload_name)][arm.sha]
         entry["tok"].append(output_tok_s)
+        entry.setdefault("by_run", {}).setdefault(run_id, []).append(output_tok_s)
         if acceptance_length is not None:
             entry["acc"].append(acceptance_length)
 
@@ -121,19 +148,7 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
             off_branch, ordered_by = len(measured) - len(on_branch), "first-parent"
         else:
             on_branch, off_branch, ordered_by = measured, 0, "run time"
-        points, previous_env = [], None
-        for sha in on_branch:
-            entry = collected[key][sha]
-            env = snapshot_of.get(sha)
-            points.append(SeriesPoint(
-                sha=sha, refs=entry["refs"], output_tok_s=statistics.median(entry["tok"]),
-                acceptance_length=statistics.median(entry["acc"]) if entry["acc"] else None,
-                trials_output_tok_s=entry["tok"], trials_acceptance_length=entry["acc"],
-                run_ids=sorted(entry["runs"]), first_measured_at=min(entry["times"]),
-                last_measured_at=max(entry["times"]), verdicts=entry["verdicts"], env=env,
-                env_changes=env_changes(previous_env, env),
-            ))
-            previous_env = env or previous_env
+        points = _points(collected[key], on_branch, snapshot_of, by_run, run_snapshot)
         if points:
             series.append(Series(*key, points=points, ordered_by=ordered_by, off_branch=off_branch))
     return series
@@ -148,9 +163,9 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
     """What the runs started since ``since`` (optionally of one engine or host) found.
 
     Compare runs (``done``) with a REGRESSION or IMPROVEMENT verdict give one
-    :class:`core.CompareFinding` per such mode, unless they were a step of a bisect started
+    :class:`core._history.findings.CompareFinding` per such mode, unless they were a step of a bisect started
     in the period (that bisect stands for them); finished bisects give a
-    :class:`core.BisectFinding` with the compare that decided it; ``failed`` runs are listed as
+    :class:`core._history.findings.BisectFinding` with the compare that decided it; ``failed`` runs are listed as
     they are (group them with ``PeriodRuns.failure_groups``). Interrupted runs are not findings.
     """
     with Session(db) as session:

@@ -85,7 +85,10 @@ class Trial(SQLModel, table=True):
 
 
 class EnvSnapshot(SQLModel, table=True):
-    """What the environment probe read on a host at one moment (``phase``: before, after)."""
+    """What was recorded on a host during a run, by ``phase``: ``arm-base`` and ``arm-head``
+    (each arm's full environment probe), ``window`` (the window monitor's document of one
+    launch, linked to its trial), ``profile-<mode>`` (that mode's profile round:
+    core._experiments.profiling)."""
 
     __tablename__ = "env_snapshots"
     id: int | None = Field(default=None, primary_key=True)

@@ -13,19 +13,12 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from core import Arm as CoreArm
-from core import (
-    BisectObserver,
-    BisectRequest,
-    BisectResult,
-    BisectStep,
-    CompareObserver,
-    CompareRequest,
-    CompareResult,
-    TrialResult,
-    Verdict,
-    redact,
-)
+from core import CompareObserver, CompareResult, Verdict
+from core._experiments.bisection import BisectObserver, BisectRequest, BisectResult, BisectStep
+from core._experiments.compare import Arm as CoreArm
+from core._experiments.compare import CompareRequest
+from core._measure.trial import TrialResult
+from core._redact import redact
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
 from storage._owners import identity, keep_alive
 
@@ -81,6 +74,17 @@ class RunStore(CompareObserver):
             session.flush()
             self._arms[arm] = row.id
         return self._arms[arm]
+
+    def profile_launched(self, mode, role, process) -> None:
+        """A profile round's engine launched: its process group and log recorded in the run's
+        ``settings["profile_launches"]`` (no trial row: it measures nothing), so a specperf killed
+        during the round leaves an engine that :func:`bot._runs.reconcile_runs` can stop."""
+        launch = {"mode": mode, "role": role, "pgid": process.pgid, "log_path": str(process.log_path)}
+        with Session(self.db) as session:
+            run = session.get(Run, self.run_id)
+            run.settings = {**run.settings, "profile_launches": [*run.settings.get("profile_launches", []), launch]}
+            session.add(run)
+            session.commit()
 
     def trial_launched(self, arm, seq, process) -> None:
         with Session(self.db) as session:
@@ -216,7 +220,7 @@ class BisectStore(BisectObserver):
 
     def step_finished(self, step: BisectStep) -> None:
         row = {**step.to_dict(), "compare_run_id": self.compare_runs.get(step.number)}
-        # in step order: the compares of one round (core._commit_bisect) may end in any order
+        # in step order: the compares of one round (core._experiments.bisection) may end in any order
         self._update({"steps": lambda b: sorted([*b["steps"], row], key=lambda step: step["number"])})
 
     def finished(self, result: BisectResult) -> None:
@@ -266,7 +270,7 @@ def list_runs(db: Engine, engine_name: str | None = None, limit: int | None = 20
 
 def earlier_runs(db: Engine, run: Run, limit: int = 20) -> list[StoredRun]:
     """The newest ``limit`` finished compare runs before ``run`` (smaller id) of its engine, host
-    and workload, newest first, each loaded whole: what :func:`core.check_history` sets today's
+    and workload, newest first, each loaded whole: what :func:`core._history.check.check_history` sets today's
     launches against."""
     with Session(db) as session:
         ids = list(session.exec(select(Run.id).where(

@@ -86,6 +86,9 @@ class WriteBehind(CompareObserver):
     def trial_launched(self, arm, seq, process) -> None:
         self._put(lambda: self.recorder.trial_launched(arm, seq, process))
 
+    def profile_launched(self, mode, role, process) -> None:
+        self._put(lambda: self.recorder.profile_launched(mode, role, process))
+
     def trial_finished(self, arm, seq, trial) -> None:
         self._put(lambda: self.recorder.trial_finished(arm, seq, trial))
 

@@ -19,6 +19,8 @@ import psutil
 import pytest
 
 import core
+from core._experiments.compare import CompareRequest, compare, resolve_refs
+from core._hosts import LocalHost
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,9 +46,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(FIXTURE_MARKERS[fixture])
 
 
-def local_host(workdir: Path) -> core.LocalHost:
+def local_host(workdir: Path) -> LocalHost:
     """This machine as a host whose work directory is ``workdir``."""
-    return core.LocalHost("local", core.HostConfig(), str(workdir))
+    return LocalHost("local", core.HostConfig(), str(workdir))
 
 
 # The installed console script, as users run it (``python -m`` can turn a handled Ctrl-C into
@@ -255,20 +257,20 @@ def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
     # scripts/test runs the rest of the suite on the client's CPU by design (the engine's CPU is
     # kept quiet): load there is not judged, or every launch would read disturbed
     disturbance = config.compare.disturbance.model_copy(update={"client_cpus_foreign_share": None})
-    request = core.CompareRequest(
+    request = CompareRequest(
         engine_name="tiny-vllm", engine=config.engine("tiny-vllm").model_copy(
             update={"port": port or free_port(), **({} if pinned else {"cpus": None})}),
         workload_name="default", workload=config.workload("default"), head_ref=head, base_ref=None, modes=modes,
         settings=config.compare.model_copy(update={"cooldown_s": 1, "disturbance": disturbance, **settings}),
-        host=local_host(workdir / "work"),
+        host=local_host(workdir / "work"), profile_dir=str(workdir / "profiles"),
     )
 
     async def run():
         db = storage.open_database(f"sqlite:///{workdir}/db.sqlite")
-        shas = await core.resolve_refs(request)
+        shas = await resolve_refs(request)
         store = storage.RunStore(db)
         run_id = store.create(request, *shas)
-        result = await core.compare(request, CompareObservers(store, observer), shas=shas)
+        result = await compare(request, CompareObservers(store, observer), shas=shas)
         return result, storage.load_run(db, run_id)
 
     return asyncio.run(run())
@@ -295,8 +297,8 @@ HOGGED = {5, 8}
 @pytest.fixture(scope="session")
 def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     """The real engine's session compare, asserted on by several tests (tests/test_compare_vllm.py,
-    tests/test_disturbance_vllm.py, tests/test_vllm_engine.py): ``slow-spec`` (8 ms more per
-    draft proposal: EAGLE-3 tok/s 40-60% lower, baseline untouched) in baseline and eagle3
+    tests/test_disturbance_vllm.py, tests/test_vllm_engine.py): ``slow-spec`` (one more 640x640
+    matmul per draft proposal, about 5-8 ms: EAGLE-3 tok/s 40-60% lower, baseline untouched) in baseline and eagle3
     modes with a 5% margin, and a CPU hog on the engine's CPU during launches ``HOGGED`` (the
     base's eagle3 launches of round 1, where it would hide the REGRESSION). 20 launches: each
     mode stops at 4 undisturbed pairs (``max_trials = 4``), eagle3 after its hogged round is

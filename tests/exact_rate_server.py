@@ -16,7 +16,9 @@ Faults for tests: ``--truncate-at N`` ends each stream after N tokens with
 ``[DONE]``; ``--exit-at N`` kills the whole server process after N tokens in total.
 Other servers' manners: ``--reject-fields ignore_eos,min_tokens`` (HTTP 422, as
 ``transformers serve``), ``--eos-at N`` (the model stops at N tokens unless the length is
-held), ``--no-done`` (streams end cleanly without ``[DONE]``).
+held), ``--no-done`` (streams end cleanly without ``[DONE]``). ``--profile-dir-env NAME``: vLLM's
+profiler endpoints, traces written into the folder that variable names (core.testing's
+ExactRateServer).
 
 Run: ``python -m tests.exact_rate_server --port 0 --itl-ms 10``; it prints
 ``listening on PORT`` once ready.
@@ -27,16 +29,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 from pathlib import Path
 
 
 def _exact_rate_server_class() -> type:
-    """:class:`core.testing.ExactRateServer`, from ``core/_fake_engine.py`` loaded on its own:
+    """:class:`core.testing.ExactRateServer`, from ``core/testing/fake_engine.py`` loaded on its own:
     that module needs only the standard library, while importing it through ``core`` would
     first run ``core/__init__.py`` (SciPy, ruptures, SQLModel: about 1.5 s of CPU), paid at
     every start of this server and of the fake engine that wraps it."""
     spec = importlib.util.spec_from_file_location(
-        "specperf_exact_rate_server", Path(__file__).resolve().parent.parent / "core" / "_fake_engine.py")
+        "specperf_exact_rate_server", Path(__file__).resolve().parent.parent / "core" / "testing" / "fake_engine.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.ExactRateServer
@@ -55,7 +58,8 @@ def truth_output_tok_s(records: list[dict]) -> float:
 
 async def _serve(args: argparse.Namespace) -> None:
     server = ExactRateServer(args.ttft_ms, args.itl_ms, args.truncate_at, args.drop_at, args.exit_at,
-                             tuple(filter(None, args.reject_fields.split(","))), args.eos_at, args.no_done)
+                             tuple(filter(None, args.reject_fields.split(","))), args.eos_at, args.no_done,
+                             os.environ.get(args.profile_dir_env) if args.profile_dir_env else None)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, backlog=1024)
     print(f"listening on {listener.sockets[0].getsockname()[1]}", flush=True)
     await listener.serve_forever()
@@ -72,6 +76,7 @@ def main() -> None:
     parser.add_argument("--reject-fields", default="")
     parser.add_argument("--eos-at", type=int)
     parser.add_argument("--no-done", action="store_true")
+    parser.add_argument("--profile-dir-env", help="the variable naming the trace folder: answer the profiler endpoints")
     try:
         import uvloop
     except ImportError:

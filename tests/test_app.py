@@ -10,8 +10,9 @@ import pytest
 import core
 from bot import _app as app
 from bot import parse_config
-from bot._slack_commands import UsageError, parse
-from bot._slack_handlers import SlackCommands
+from bot._slack.commands import UsageError, parse
+from bot._slack.handlers import SlackCommands
+from core._hosts import open_host
 
 CONFIG = parse_config("""
 [hosts.gpu-a]
@@ -69,7 +70,7 @@ def test_compare_options_are_checked_and_rounds_fix_the_launches():
 
 
 def test_a_request_carries_the_resolved_modes_and_the_engines_triage_rules(tmp_path: Path):
-    host = core.open_host("local", CONFIG.hosts["local"], tmp_path)
+    host = open_host("local", CONFIG.hosts["local"], tmp_path)
     choice = app.choose(CONFIG, "sglang", host="local")
     request = app.compare_request(CONFIG, choice, host, "abc", None, None)
     assert request.modes == ["baseline", "eagle3"] and request.settings == CONFIG.compare

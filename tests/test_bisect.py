@@ -17,7 +17,10 @@ import pytest
 
 import core
 import storage
-from core._commit_bisect import Search
+from core._config.triage_rules import TriageConfig
+from core._experiments.bisection import BisectRequest, Search, bisect
+from core._experiments.compare import compare
+from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
 from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, stopped_at_end
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
@@ -41,12 +44,12 @@ def planted(tmp_path_factory):
     return root / "repo", make_repo(root / "repo", linear_history(n=16, slow=8, broken=6)), root / "work"
 
 
-def request_for(planted, port: int, good: str, bad: str) -> core.BisectRequest:
+def request_for(planted, port: int, good: str, bad: str) -> BisectRequest:
     path, _, work = planted
-    return core.BisectRequest(
+    return BisectRequest(
         engine_name="fake", engine=fake_engine(path, port, ROOT), workload_name="w", workload=WORKLOAD,
         good_ref=good, bad_ref=bad, mode="baseline", settings=SETTINGS, host=local_host(work),
-        triage_rules=core.TriageConfig().rules_for("fake", "command"),
+        triage_rules=TriageConfig().rules_for("fake", "command"),
     )
 
 
@@ -56,14 +59,14 @@ async def test_bisect_names_the_planted_commit_within_the_bound(planted, tmp_pat
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     request = request_for(planted, unused_tcp_port, "good", "c16")
     store = storage.BisectStore(db, request)
-    result = await core.bisect(request, store)
+    result = await bisect(request, store)
 
     assert result.status == "found", result.message
     assert result.culprit == shas["c8"] and result.confirmed
-    assert result.culprit_verdict.verdict == core.REGRESSION and -12 < result.culprit_verdict.change_pct < -6
+    assert result.culprit_verdict.verdict == REGRESSION and -12 < result.culprit_verdict.change_pct < -6
     assert len(result.commits) == 16
     assert result.compares <= math.ceil(math.log2(16)) + 2 == result.max_compares
-    assert result.steps[0].kind == "confirm" and result.steps[0].verdict == core.REGRESSION
+    assert result.steps[0].kind == "confirm" and result.steps[0].verdict == REGRESSION
     broken = [s for s in result.steps if s.head_sha == shas["c6"]]
     assert [s.status for s in broken] == ["failed"] and "skipped" in broken[0].outcome  # met and skipped
     assert "slower decode step" in result.triage_line()
@@ -98,7 +101,7 @@ def simulate(n: int, culprit: int, broken: int | None, k: int = 1) -> tuple[list
                 search.record(kind, base, head, None, base_failed=base == broken)
                 continue
             slower = head >= culprit if kind == "probe" else base < culprit <= head
-            search.record(kind, base, head, core.REGRESSION if slower else core.NO_CHANGE)
+            search.record(kind, base, head, REGRESSION if slower else NO_CHANGE)
     final = 0 if search.confirmed else 1
     return search.candidates(), compares + final, rounds + final
 
@@ -148,7 +151,7 @@ async def test_bad_ranges_fail_before_anything_runs(planted, tmp_path, unused_tc
     request = request_for(planted, unused_tcp_port, good, bad)
     request.host = local_host(tmp_path / "work")
     with pytest.raises(core.GitError, match=message):
-        await core.bisect(request, storage.BisectStore(db, request))
+        await bisect(request, storage.BisectStore(db, request))
     assert storage.list_runs(db) == [] and not (tmp_path / "work").exists()
 
 
@@ -176,7 +179,7 @@ def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, u
     assert "spent 1 compare " in out.stdout
     report = json.loads((tmp_path / "b.json").read_text())
     assert report["status"] == "no-regression" and report["compares"] == 1 and report["culprit"] is None
-    assert [s["verdict"] for s in report["steps"]] == [core.NO_CHANGE]
+    assert [s["verdict"] for s in report["steps"]] == [NO_CHANGE]
     db = storage.open_database(url)
     bisect_run = storage.load_run(db, report["run_id"]).run
     assert (bisect_run.kind, bisect_run.status) == ("bisect", "done")
@@ -184,7 +187,7 @@ def test_a_range_without_regression_stops_after_one_compare(planted, tmp_path, u
     (step,) = bisect_run.settings["bisect"]["steps"]
     compare_run = storage.load_run(db, step["compare_run_id"])
     assert (compare_run.run.base_sha, compare_run.run.head_sha) == (shas["c8"], shas["c16"])
-    assert [v.verdict for v in compare_run.verdicts] == [core.NO_CHANGE]
+    assert [v.verdict for v in compare_run.verdicts] == [NO_CHANGE]
 
 
 @pytest.mark.e2e
@@ -216,9 +219,9 @@ FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, war
 
 
 def fake_bisect(path, shas: dict[str, str], work, good: str, bad: str, itl_ms, max_trials: int = 8
-                ) -> tuple[core.BisectRequest, FakeHost]:
+                ) -> tuple[BisectRequest, FakeHost]:
     host = FakeHost(work, itl_ms)
-    return core.BisectRequest(
+    return BisectRequest(
         engine_name="fake", engine=fake_engine_config(path), workload_name="w", workload=FAST_WORKLOAD,
         good_ref=good, bad_ref=bad, mode="baseline", host=host, triage_rules=None,
         settings=core.CompareConfig(min_trials=4, max_trials=max_trials, cooldown_s=0, margin_pct=25.0),
@@ -234,7 +237,7 @@ def planted_itl(shas: dict[str, str], slow_from: int, broken: int | None = None)
 async def test_fake_host_bisect_finds_the_culprit_within_the_bound_and_skips_a_broken_commit(planted, tmp_path):
     path, shas, _ = planted
     request, host = fake_bisect(path, shas, tmp_path / "work", "good", "c16", planted_itl(shas, 8, broken=6))
-    result = await core.bisect(request)
+    result = await bisect(request)
     assert result.status == "found", result.message
     assert result.culprit == shas["c8"] and result.confirmed
     assert result.compares <= result.max_compares + 1  # one skip costs at most one compare
@@ -258,7 +261,7 @@ async def test_fake_host_k_ary_bisect_runs_each_round_side_by_side_in_fewer_roun
         most = max(most, running)
         host = FakeHost(tmp_path / f"node{step.number}", planted_itl(shas, 8, broken=6))
         try:
-            result = await core.compare(dataclasses.replace(compare_request, host=host), observer,
+            result = await compare(dataclasses.replace(compare_request, host=host), observer,
                                         shas=(step.base_sha, step.head_sha))
         finally:
             running -= 1
@@ -267,7 +270,7 @@ async def test_fake_host_k_ary_bisect_runs_each_round_side_by_side_in_fewer_roun
 
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     store = storage.BisectStore(db, request)
-    result = await core.bisect(request, store, run_compare=on_own_host)
+    result = await bisect(request, store, run_compare=on_own_host)
     assert result.status == "found" and result.culprit == shas["c8"] and result.confirmed, result.message
     stored = storage.load_run(db, store.run_id).run.settings["bisect"]
     assert [s["number"] for s in stored["steps"]] == list(range(1, result.compares + 1))  # in step order
@@ -295,9 +298,9 @@ async def test_fake_host_bisect_skips_a_commit_that_stays_inconclusive_with_twic
         return 10.0 if len(noisy) % 2 else 40.0
 
     request, host = fake_bisect(tmp_path / "repo", shas, tmp_path / "work", "good", "c4", itl_ms, max_trials=4)
-    result = await core.bisect(request)
+    result = await bisect(request)
     c2 = [s for s in result.steps if s.head_sha == shas["c2"]]
-    assert [s.verdict for s in c2] == [core.INCONCLUSIVE, core.INCONCLUSIVE], [s.outcome for s in result.steps]
+    assert [s.verdict for s in c2] == [INCONCLUSIVE, INCONCLUSIVE], [s.outcome for s in result.steps]
     assert c2[1].trials == 2 * c2[0].trials  # measured once more with twice the trials...
     assert "stays INCONCLUSIVE with more trials: skipped" in c2[1].outcome  # ...then skipped
     assert shas["c3"] in ([result.culprit] if result.culprit else result.candidates), result.message

@@ -13,7 +13,7 @@ import core
 import storage
 from bot import parse_config as parse_bot_config
 from bot._common import owner_alive
-from bot._slack_commands import UsageError, parse
+from bot._slack.commands import UsageError, parse
 from tests.conftest import ROOT
 
 
@@ -145,8 +145,8 @@ def test_queue_operations_on_sqlite_and_postgresql(db_url, monkeypatch):
 
 
 def test_help_lists_every_command_the_dispatcher_knows_with_an_example_that_parses():
-    from bot._slack_commands import COMMANDS, HELP, QUEUED, SUBCOMMANDS
-    from bot._slack_handlers import SlackCommands
+    from bot._slack.commands import COMMANDS, HELP, QUEUED, SUBCOMMANDS
+    from bot._slack.handlers import SlackCommands
 
     handlers = {name.removeprefix("_cmd_") for name in vars(SlackCommands) if name.startswith("_cmd_")}
     assert handlers | {"help"} == set(SUBCOMMANDS)  # every parsed command has a handler, and back

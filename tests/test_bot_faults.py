@@ -14,6 +14,7 @@ import pytest
 import core
 from bot._common import open_host
 from bot._settings import parse_config
+from core._experiments.compare import CompareRequest
 from tests.bot_support import hold_sqlite
 
 # -- item 11: an SSH host key that cannot be checked ------------------------------------------
@@ -129,8 +130,8 @@ async def test_slack_failure_texts_and_log_lines_are_redacted(tmp_path, emulator
 
     import storage
     from bot._settings import SlackConfig
-    from bot._slack_client import RedactingFormatter, web_client
-    from bot._slack_notifier import SlackNotifier
+    from bot._slack.client import RedactingFormatter, web_client
+    from bot._slack.notifier import SlackNotifier
 
     monkeypatch.setenv("HF_TOKEN", "hf_leak80123456789")
     slack = SlackConfig(bot_token="xoxb-test", api_url=emulator.api_url, channel_interval_s=0, progress_interval_s=0)
@@ -170,7 +171,7 @@ async def test_slack_failure_texts_and_log_lines_are_redacted(tmp_path, emulator
 def test_reconnect_delays_are_bounded_jittered_and_never_a_tight_loop():
     import random
 
-    from bot._slack_socket import reconnect_delay_s
+    from bot._slack.socket_mode import reconnect_delay_s
 
     rng = random.Random(7)
     for attempt in range(1, 40):
@@ -187,7 +188,7 @@ async def test_socket_mode_reconnects_with_backoff_and_one_line_per_attempt(emul
     from slack_bolt.app.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot._slack_socket import SocketHandler
+    from bot._slack.socket_mode import SocketHandler
 
     app = AsyncApp(client=AsyncWebClient(token="xoxb-test", base_url=emulator.api_url),
                    request_verification_enabled=False)
@@ -273,9 +274,10 @@ async def test_reconciling_under_a_locked_sqlite_database_never_blocks_the_event
     assert storage.load_run(db, run_id).run.status == "interrupted"
 
 
+@pytest.mark.alone  # the loop's lateness is read off a 20 ms ticker: other tests' load on the CPUs moves it
 async def test_a_compare_whose_writes_wait_on_a_locked_database_never_blocks_the_event_loop(tmp_path):
     """A compare through the application layer (as a bot job or `specperf compare` runs it) on
-    core.testing.FakeHost, while another process holds the SQLite database for 4 s from the
+    core.testing.FakeHost, while another process holds the SQLite database for 2.5 s from the
     second launch on: the run's writes wait in their own thread, the event loop keeps turning
     (the bot's heartbeats, Slack acks and cancels run on it), and once the lock is gone every
     trial and verdict is stored, in order. Before the writes left the loop (issue 29), each one
@@ -289,11 +291,11 @@ async def test_a_compare_whose_writes_wait_on_a_locked_database_never_blocks_the
     from tests.fake_engine_repo import linear_history, make_repo
 
     shas = make_repo(tmp_path / "repo", linear_history(n=2, slow=2, tag="c", first="c0"))
-    held_s = 4.0
+    held_s = 2.5
     path = tmp_path / "runs.db"
     db = storage.open_database(f"sqlite:///{path}")
     host = FakeHost(tmp_path / "work", lambda launch: 20.0)
-    request = core.CompareRequest(
+    request = CompareRequest(
         engine_name="fake", engine=fake_engine_config(tmp_path / "repo"), workload_name="w",
         workload=core.WorkloadConfig(output_len=4, concurrency=4, requests=8, warmup_requests=0), head_ref="c2",
         base_ref="c1", modes=["baseline"], host=host,
@@ -326,8 +328,10 @@ async def test_a_compare_whose_writes_wait_on_a_locked_database_never_blocks_the
     assert result.status == "done", result.reason
     assert seconds >= held_s - 0.2  # the compare waited for its writes...
     # ...in their own thread: while the lock was held the loop kept turning (a 20 ms tick's lateness)
+    # (a loop blocked by the writes lags by about the whole lock; the whole suite's load on 2 vCPUs
+    # has delayed a free loop's tick by 0.65 s, CI 2026-12-04, so the line is drawn at half the lock)
     lag_s = max(gap for gap, tick_from in gaps if tick_from >= locked_at) - 0.02
-    assert lag_s < 0.1, lag_s
+    assert lag_s < held_s / 2, lag_s
     stored = storage.load_run(db, run_id)
     assert stored.run.status == "done"
     assert sorted(t.seq for t in stored.trials) == list(range(1, 9)) and all(t.status == "ok" for t in stored.trials)

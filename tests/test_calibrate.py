@@ -1,4 +1,4 @@
-"""``specperf calibrate``: the plan from a spread (core._calibrate), and an A/A calibration run
+"""``specperf calibrate``: the plan from a spread (core._experiments.calibrate), and an A/A calibration run
 on the fast fake engine that compare then uses to plan its first round."""
 
 from __future__ import annotations
@@ -11,27 +11,28 @@ import pytest
 import core
 import storage
 from bot._runs import calibration_plans
+from core._experiments.calibrate import plan
 from tests.conftest import ROOT, specperf_in_process
 
 
 def test_plan_needs_more_launches_and_a_wider_margin_as_the_spread_grows():
-    plans = [core.plan(s) for s in (0.5, 1.0, 2.0, 3.0)]
+    plans = [plan(s) for s in (0.5, 1.0, 2.0, 3.0)]
     pairs = [p.pairs for p in plans]
     assert pairs == sorted(pairs) and pairs[0] < pairs[-1]
     assert all(p.margin_pct < 5.0 for p in plans)  # a margin inside the change to detect
     # the H200 A/A of the issue: CV 1.7-2.3% per arm, so pair spread about 2.4-3.3%: a 2% margin
     # with 6 launches per arm was too little
-    h200 = core.plan(2.4 * 2 ** 0.5 / 1.4)
+    h200 = plan(2.4 * 2 ** 0.5 / 1.4)
     assert h200.pairs > 6 and h200.margin_pct > 2.0
-    assert core.plan(50.0).pairs is None and "no margin reaches" in core.plan(50.0).line()
+    assert plan(50.0).pairs is None and "no margin reaches" in plan(50.0).line()
     with pytest.raises(ValueError):
-        core.plan(0.0)
+        plan(0.0)
 
 
 def test_plan_meets_both_conditions_at_its_size():
     from scipy import stats
 
-    p = core.plan(2.0)
+    p = plan(2.0)
     k = 0.02 / p.pairs ** 0.5
     t = stats.t.ppf(0.975, p.pairs - 1)
     d = -__import__("math").log1p(-0.05)
@@ -71,10 +72,10 @@ def test_compare_plans_its_first_round_from_the_calibration():
 
     from rich.console import Console
 
-    from bot._cmd_compare import _planned
+    from bot.cli.compare import _planned
 
     out = io.StringIO()
-    settings = _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": core.plan(2.0)},
+    settings = _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": plan(2.0)},
                         Console(file=out), 7)
-    assert settings.min_trials == min(core.plan(2.0).pairs, 8) > 4
+    assert settings.min_trials == min(plan(2.0).pairs, 8) > 4
     assert "calibration (run 7) baseline: launch-to-launch spread 2.0%" in out.getvalue()

@@ -1,13 +1,13 @@
 """Change points on synthetic series whose answer is known: shifts of 3, 5 and 10% with
-realistic noise, flat noise, a slow trailing drift (core._changepoints)."""
+realistic noise, flat noise, a slow trailing drift (core._history.changepoints)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from core._changepoints import analyze, confirm, detect, last_good_index
-from core._stats import IMPROVEMENT, REGRESSION
+from core._experiments.stats import IMPROVEMENT, REGRESSION
+from core._history.changepoints import analyze, confirm, detect, last_good_index
 
 SEEDS = range(20)
 

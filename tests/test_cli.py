@@ -1,4 +1,4 @@
-"""The ``specperf`` command line as a person meets it (bot/cli.py and the options every
+"""The ``specperf`` command line as a person meets it (bot/cli/__init__.py and the options every
 subcommand shares): ``--json -`` puts the JSON alone on standard output, and a run id that is
 not in the database is its own error."""
 
@@ -18,7 +18,7 @@ from tests.conftest import specperf_in_process
 
 FIXTURE_DB = Path(__file__).parent / "fixtures" / "history.sqlite"
 # the positional arguments each subcommand needs to parse at all
-POSITIONAL = {"compare": ["abc123"], "show": ["1"], "triage": ["a", "b"], "bisect": ["a", "b"]}
+POSITIONAL = {"compare": ["abc123"], "show": ["1"], "recheck": ["1"], "triage": ["a", "b"], "bisect": ["a", "b"]}
 
 
 def _json_commands() -> list[str]:
@@ -30,7 +30,7 @@ def _json_commands() -> list[str]:
 def test_every_json_option_takes_a_dash_or_no_path_for_standard_output():
     commands = _json_commands()
     # every command that writes a document has the option (a new one joins this list by itself)
-    assert {"bisect", "calibrate", "compare", "env", "measure", "report", "show", "triage"} <= set(commands)
+    assert {"bisect", "calibrate", "compare", "env", "measure", "recheck", "report", "show", "triage"} <= set(commands)
     for name in commands:
         for given in (["--json", "-"], ["--json"]):
             args = cli._parser().parse_args([name, *POSITIONAL.get(name, []), *given])
@@ -81,3 +81,17 @@ def test_a_run_id_not_in_the_database_is_its_own_error(tmp_path):
     assert message == (f"no such run: 99999 is not in the database sqlite:///{db}; `specperf history` lists the runs "
                        "there")
     assert "config error" not in message
+
+
+def test_a_report_file_that_cannot_be_written_is_one_line_naming_it(tmp_path):
+    """A path that passes the check before the work but fails on writing (a full disk, here
+    /dev/full) is a config error naming the file and the cause, not a traceback after the run."""
+    import core
+    from bot._common import write_json
+
+    with pytest.raises(core.ConfigError) as caught:
+        write_json("/dev/full", {"run_id": 1}, console=None)
+    assert str(caught.value).startswith("--json /dev/full: cannot write it (No space left on device); what was "
+                                        "measured is stored")
+    write_json(tmp_path / "ok.json", {"run_id": 1}, console=None, label=None)
+    assert json.loads((tmp_path / "ok.json").read_text()) == {"run_id": 1}

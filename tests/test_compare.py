@@ -18,6 +18,8 @@ from sqlmodel import Session, select
 
 import core
 import storage
+from core._experiments.compare import CompareRequest, arm_differences, compare, resolve_refs
+from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
 from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, specperf_in_process, stopped_at_end
 from tests.fake_engine_repo import fake_engine
@@ -34,8 +36,8 @@ QUICK_WORKLOAD = core.WorkloadConfig(output_len=8, concurrency=1, requests=2, wa
 
 
 def request_for(repo_path: Path, port: int, head: str, base: str | None, workdir: Path,
-                modes=("baseline", "eagle3"), workload: core.WorkloadConfig = WORKLOAD) -> core.CompareRequest:
-    return core.CompareRequest(
+                modes=("baseline", "eagle3"), workload: core.WorkloadConfig = WORKLOAD) -> CompareRequest:
+    return CompareRequest(
         engine_name="fake", engine=fake_engine(repo_path, port, ROOT), workload_name="w", workload=workload,
         head_ref=head, base_ref=base, modes=list(modes), settings=SETTINGS, host=local_host(workdir),
     )
@@ -55,11 +57,11 @@ def long_running_config(tmp_path: Path, repo_path: Path, port: int) -> Path:
     return config
 
 
-async def run(request: core.CompareRequest, db_url: str) -> tuple[core.CompareResult, int]:
+async def run(request: CompareRequest, db_url: str) -> tuple[core.CompareResult, int]:
     store = storage.RunStore(storage.open_database(db_url))
-    shas = await core.resolve_refs(request)
+    shas = await resolve_refs(request)
     run_id = store.create(request, *shas)
-    return await core.compare(request, store, shas=shas), run_id
+    return await compare(request, store, shas=shas), run_id
 
 
 @pytest.mark.e2e
@@ -77,7 +79,7 @@ async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
         result, _ = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
         assert result.status == "done"
         for mode, verdict in result.verdicts.items():
-            assert verdict.verdict == core.NO_CHANGE, (attempt, mode, verdict)
+            assert verdict.verdict == NO_CHANGE, (attempt, mode, verdict)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +101,7 @@ def test_slower_commit_is_a_regression_in_both_modes(slow_compare):
     path, shas, result, run_id, url, port = slow_compare
     assert (result.base_sha, result.head_sha) == (shas["noop"], shas["slow"])  # base: first parent
     for verdict in result.verdicts.values():
-        assert verdict.verdict == core.REGRESSION
+        assert verdict.verdict == REGRESSION
         assert -12.0 < verdict.change_pct < -6.0  # ITL x1.1 is -9.1% tok/s
     # ABBA within each mode, the same port for every launch
     stored = storage.load_run(storage.open_database(url), run_id)
@@ -139,7 +141,7 @@ async def test_concurrent_pairing_runs_both_arms_at_once_and_measures_them_in_tu
     result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
     assert result.status == "done", result.reason
     verdict = result.verdicts["baseline"]
-    assert verdict.verdict == core.REGRESSION and -12.0 < verdict.change_pct < -6.0, verdict  # ITL x1.1: -9.1%
+    assert verdict.verdict == REGRESSION and -12.0 < verdict.change_pct < -6.0, verdict  # ITL x1.1: -9.1%
     assert verdict.n_pairs == 4
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
     by_seq = {t.seq: t for t in stored.trials}
@@ -348,9 +350,9 @@ FAST_WORKLOAD = core.WorkloadConfig(output_len=4, concurrency=4, requests=4, war
 FAST_SETTINGS = core.CompareConfig(min_trials=4, max_trials=8, cooldown_s=0, margin_pct=25.0)
 
 
-def fake_request(repo, host: FakeHost, head: str, modes=("baseline", "eagle3")) -> core.CompareRequest:
+def fake_request(repo, host: FakeHost, head: str, modes=("baseline", "eagle3")) -> CompareRequest:
     path, _ = repo
-    return core.CompareRequest(
+    return CompareRequest(
         engine_name="fake", engine=fake_engine_config(path, {"baseline": [], "eagle3": ["--spec"]}),
         workload_name="w", workload=FAST_WORKLOAD, head_ref=head, base_ref=None, modes=list(modes),
         settings=FAST_SETTINGS, host=host,
@@ -366,9 +368,9 @@ def launched(host: FakeHost, shas: dict[str, str]) -> list[tuple[str, str]]:
 async def test_launches_go_abba_by_mode_and_round_and_stop_once_decided(repo, tmp_path):
     path, shas = repo
     host = FakeHost(tmp_path / "work", lambda launch: 60.0 if launch.sha == shas["slow"] else 20.0)
-    result = await core.compare(fake_request(repo, host, "slow"))
+    result = await compare(fake_request(repo, host, "slow"))
     assert result.status == "done", result.reason
-    assert {m: v.verdict for m, v in result.verdicts.items()} == {"baseline": core.REGRESSION, "eagle3": core.REGRESSION}
+    assert {m: v.verdict for m, v in result.verdicts.items()} == {"baseline": REGRESSION, "eagle3": REGRESSION}
     assert all(v.n_pairs == 4 for v in result.verdicts.values())  # decided at min_trials: no extra round
     abba = [("noop", "{m}"), ("slow", "{m}"), ("slow", "{m}"), ("noop", "{m}")]
     round_ = [(t, m.format(m=mode)) for mode in ("baseline", "eagle3") for t, m in abba]
@@ -391,11 +393,11 @@ async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_o
         return 10.0 if heads[mode] % 2 else 40.0
 
     host = FakeHost(tmp_path / "work", itl_ms)
-    result = await core.compare(fake_request(repo, host, "slow"))
+    result = await compare(fake_request(repo, host, "slow"))
     assert result.status == "done", result.reason
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
-    assert eagle3.verdict == core.REGRESSION and eagle3.n_pairs == 4
-    assert baseline.verdict == core.INCONCLUSIVE and baseline.n_pairs == 8 == FAST_SETTINGS.max_trials
+    assert eagle3.verdict == REGRESSION and eagle3.n_pairs == 4
+    assert baseline.verdict == INCONCLUSIVE and baseline.n_pairs == 8 == FAST_SETTINGS.max_trials
     modes = [mode for _, mode in launched(host, shas)]
     # rounds 1-2: both modes; rounds 3-4: the undecided baseline alone
     assert modes == ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 8
@@ -404,7 +406,7 @@ async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_o
 async def test_a_commit_whose_engine_never_starts_ends_the_run_as_failed(repo, tmp_path):
     path, shas = repo
     host = FakeHost(tmp_path / "work", lambda launch: None if launch.sha == shas["slow"] else 20.0)
-    result = await core.compare(fake_request(repo, host, "slow"))
+    result = await compare(fake_request(repo, host, "slow"))
     assert result.status == "failed" and result.verdicts == {}
     assert "exited with status 1 before it was ready" in result.reason
     assert "illegal memory access" in result.log_tail
@@ -459,7 +461,7 @@ def test_arm_differences_leave_out_what_differs_by_construction():
     head["software"]["env"]["SGL_ENABLE_JIT_DEEPGEMM"] = "1"
     head["software"]["env"]["LD_LIBRARY_PATH"] = f"/var/tmp/specperf/builds/{b_sha}/lib:/usr/local/cuda/lib64"
     base["software"]["env"]["LD_LIBRARY_PATH"] = f"/var/tmp/specperf/builds/{a_sha}/lib"
-    assert core.arm_differences(base, head, a_sha, b_sha) == [
+    assert arm_differences(base, head, a_sha, b_sha) == [
         f"engine commit {a_sha} -> {b_sha}",
         f"env LD_LIBRARY_PATH /var/tmp/specperf/builds/{a_sha}/lib -> "
         f"/var/tmp/specperf/builds/{b_sha}/lib:/usr/local/cuda/lib64",
@@ -468,7 +470,7 @@ def test_arm_differences_leave_out_what_differs_by_construction():
 
 
 def test_slack_shows_a_refused_run_as_refused():
-    from bot._slack_blocks import failure_blocks
+    from bot._slack.blocks import failure_blocks
 
     blocks, text = failure_blocks("job 3, run 7", "GPU0 is held by pid 4242 (alice): python train.py", None, "REFUSED")
     assert text == "job 3, run 7 REFUSED: GPU0 is held by pid 4242 (alice): python train.py"

@@ -31,6 +31,8 @@ import pytest
 
 import core
 from bench.probe_time import LOAD_CODE
+from core._env.disturbance import culprit_lines
+from core._experiments.compare import CompareRequest, compare
 from tests.conftest import ROOT, free_port, local_host, server_repo
 from tests.test_env_gpu import _REASON
 
@@ -92,14 +94,14 @@ async def _compare(served: dict, workdir: Path, observer: Recorder) -> core.Comp
         ready_timeout_s=300,
         command=["{python}", "-m", "transformers.cli.transformers", "serve", "--host", "127.0.0.1", "--port", "{port}",
                  "--device", "cuda", "{model}"])
-    request = core.CompareRequest(
+    request = CompareRequest(
         engine_name="hf-gpu", engine=engine, workload_name="short",
         workload=core.WorkloadConfig(output_len=32, concurrency=2, requests=8, warmup_requests=2),
         head_ref="HEAD", base_ref=None, modes=["baseline"],
         settings=core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, modes=["baseline"], on_disturbed="keep"),
         host=local_host(workdir))
     try:
-        return await core.compare(request, observer)
+        return await compare(request, observer)
     finally:
         observer.stop()
 
@@ -151,5 +153,5 @@ async def test_foreign_matmul_loop_marks_the_launch_it_overlapped_with_its_pid(s
     assert any(f"foreign compute process pid {pid} " in reason for reason in rows[LOOPED]["disturbed"]), rows[LOOPED]
     assert all(rows[seq]["kept"] for seq in rows)  # on_disturbed = "keep"
     assert any(f"pid {pid} " in line and line.endswith(f"during launch {LOOPED}")
-               for line in core.culprit_lines(result.disturbed)), core.culprit_lines(result.disturbed)
+               for line in culprit_lines(result.disturbed)), culprit_lines(result.disturbed)
     assert any(line.startswith(f"trial {LOOPED} disturbed (keep): ") for line in observer.lines), observer.lines

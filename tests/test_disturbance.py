@@ -17,13 +17,19 @@ import pytest
 
 import core
 from bot._common import disturbed_lines
-from core import _host_agent
-from core._disturbance import power_cap_share
+from core._config import DisturbanceConfig
+from core._env.disturbance import Culprit, Disturbance, culprit_lines, judge_trials, judge_window, power_cap_share
+from core._env.window import WindowMonitor
+from core._experiments.compare import judge_compare, kept, verdict_for
+from core._experiments.report import launch_rows, render_chart, summarize
+from core._experiments.stats import INCONCLUSIVE, ArmTrial
+from core._hosts import LocalHost
+from core._hosts import agent as _host_agent
 from core._hosts.base import Spawned
 from tests.conftest import specperf_in_process
 
 NVML = Path(__file__).parent / "fixtures" / "nvml"
-LIMITS = core.DisturbanceConfig()
+LIMITS = DisturbanceConfig()
 HOG = "import time  # specperf-fast-test-hog\nwhile True: time.time()"
 
 
@@ -45,7 +51,7 @@ def engine_stand_in():
 
 async def _window_with_hog(engine_pid: int, hog_cpu: int, **monitor_args) -> tuple[dict, int]:
     """A 2 s window of a monitor (``monitor_args``: WindowMonitor's options) with a busy loop on ``hog_cpu``."""
-    monitor = core.WindowMonitor(core.LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine_pid,
+    monitor = WindowMonitor(LocalHost("local", core.HostConfig(), "/tmp"), sys.executable, engine_pid,
                                  **monitor_args)
     await monitor.open()
     await monitor.start()
@@ -66,7 +72,7 @@ async def test_monitor_names_a_hog_on_the_engine_cpu(engine_stand_in):
     assert 1.9 < window["window_s"] < 4.0
     hog = next(p for p in window["foreign_processes"] if p["pid"] == hog_pid)
     assert "specperf-fast-test-hog" in hog["command"] and hog["engine_cpus_cpu_s"] > 0.2
-    judged = core.judge_window(window, LIMITS)
+    judged = judge_window(window, LIMITS)
     assert judged.disturbed
     assert any(c.pid == hog_pid for c in judged.culprits), judged.reasons
     assert f"pid {hog_pid}" in judged.reasons[0] and f"CPU {cpu}" in judged.reasons[0]
@@ -91,11 +97,11 @@ async def test_a_hog_on_the_benchmark_clients_cpu_disturbs_the_window_and_is_nam
     window, hog_pid = await _window_with_hog(engine.pid, client, cpus=[cpu], client_cpus=[client])
     assert window["client_cpus"] == [client] and window["cpu"]["client_cpus_foreign_share"] > 0.5, window["cpu"]
     assert window["cpu"]["engine_cpus_foreign_share"] < 0.1  # the engine's own CPU stayed quiet
-    judged = core.judge_window(window, LIMITS)
+    judged = judge_window(window, LIMITS)
     assert judged.disturbed and any(c.pid == hog_pid for c in judged.culprits), judged.reasons
     reason = next(r for r in judged.reasons if "benchmark client" in r)
     assert f"the benchmark client's CPU {client}" in reason and f"pid {hog_pid}" in reason
-    off = core.judge_window(window, core.DisturbanceConfig(client_cpus_foreign_share=None))
+    off = judge_window(window, DisturbanceConfig(client_cpus_foreign_share=None))
     assert not any("benchmark client" in r for r in off.reasons)
 
 
@@ -118,7 +124,7 @@ class _AnsweringHelper(Spawned):
         return 0
 
 
-class _HelperHost(core.LocalHost):
+class _HelperHost(LocalHost):
     def __init__(self, helper: Spawned) -> None:
         super().__init__("local", core.HostConfig(), "/tmp")
         self.helper = helper
@@ -131,7 +137,7 @@ async def test_a_cancel_that_lands_as_the_monitor_answers_still_cancels():
     """A Slack cancel was lost this way on Python 3.11: ``asyncio.wait_for`` returned the
     monitor's answer and the compare ran to its end (CPython gh-86296; ruff now bans it)."""
     helper = _AnsweringHelper()
-    monitor = core.WindowMonitor(_HelperHost(helper), sys.executable, -1)
+    monitor = WindowMonitor(_HelperHost(helper), sys.executable, -1)
     opening = asyncio.create_task(monitor.open())
     await asyncio.sleep(0)
     helper.pending.set_result('{"ready": true}\n')
@@ -193,7 +199,7 @@ def test_gpu_window_from_recorded_h200_readings():
 def test_quiet_h200_windows_are_not_disturbed(case):
     # idle card, boosted card right after work, a loop at the power cap for its whole window:
     # the normal states of a GPU host, none a disturbance
-    assert core.judge_window(recorded(case), LIMITS).reasons == []
+    assert judge_window(recorded(case), LIMITS).reasons == []
 
 
 def test_the_power_cap_alone_is_the_normal_state_of_a_heavy_engine():
@@ -202,11 +208,11 @@ def test_the_power_cap_alone_is_the_normal_state_of_a_heavy_engine():
     assert device["clock_event_s"]["sw_power_cap"] == pytest.approx(capped["window_s"], abs=0.2)
     assert power_cap_share(capped) > 0.99
     windows = {1: capped, 2: recorded("light"), 3: recorded("foreign")}
-    assert not any("power cap" in r for d in core.judge_trials(windows, LIMITS).values() for r in d.reasons)
+    assert not any("power cap" in r for d in judge_trials(windows, LIMITS).values() for r in d.reasons)
 
 
 def test_foreign_gpu_process_in_the_window_is_named():
-    judged = core.judge_window(recorded("foreign"), LIMITS)
+    judged = judge_window(recorded("foreign"), LIMITS)
     assert judged.disturbed
     assert any(c.pid == 585 and c.what == "gpu process" for c in judged.culprits)
     assert "GPU0: foreign compute process pid 585 (root)" in judged.reasons[0]
@@ -215,14 +221,14 @@ def test_foreign_gpu_process_in_the_window_is_named():
 def test_thermal_slowdown_is_disturbed_with_its_duration():
     window = recorded("capped")
     window["gpu"]["devices"][0]["clock_event_s"]["hw_thermal_slowdown"] = 3.2
-    judged = core.judge_window(window, LIMITS)
+    judged = judge_window(window, LIMITS)
     assert judged.reasons == ["GPU0 slowed down: hw_thermal_slowdown 3.2 s of 15.0 s"]
 
 
 def test_a_power_cap_share_unlike_the_other_trials_is_disturbed():
     odd = recorded("capped")
     odd["gpu"]["devices"][0]["clock_event_s"]["sw_power_cap"] = 6.0  # 40% of its window, the others ~100%
-    judged = core.judge_trials({1: recorded("capped"), 2: recorded("light"), 3: odd, 4: recorded("capped")}, LIMITS)
+    judged = judge_trials({1: recorded("capped"), 2: recorded("light"), 3: odd, 4: recorded("capped")}, LIMITS)
     assert list(judged) == [3]
     assert "GPU0 spent 40% of the window under the power cap, against 100%" in judged[3].reasons[0]
 
@@ -232,24 +238,24 @@ def test_unsupported_counters_are_listed_not_guessed():
     device = window["gpu"]["devices"][0]
     device["unsupported"] = {"clock_event.hw_power_brake_slowdown": "NVMLError_NotSupported"}
     del device["clock_event_s"]["hw_power_brake_slowdown"]
-    assert core.judge_window(window, LIMITS).reasons == []
+    assert judge_window(window, LIMITS).reasons == []
 
 
 def test_the_culprit_that_took_most_is_named_first():
     """Seen on a 2-vCPU VM (2026-12-02): a kernel thread at 0.01 CPU-s/s in all four hogged
     windows was named ahead of the hogs (one pid each, about 0.5 CPU-s/s)."""
-    kernel = core.Culprit("cpu", pid=79, user="root", command="[kdamond.0]", cpu_s_per_s=0.01)
-    disturbed = {seq: core.Disturbance(["foreign processes took 50%"],
-                                       [kernel, core.Culprit("cpu", pid=1000 + seq, user="root",
+    kernel = Culprit("cpu", pid=79, user="root", command="[kdamond.0]", cpu_s_per_s=0.01)
+    disturbed = {seq: Disturbance(["foreign processes took 50%"],
+                                       [kernel, Culprit("cpu", pid=1000 + seq, user="root",
                                                              command="python -c spin", cpu_s_per_s=0.5)])
                  for seq in (2, 3, 5, 8)}
-    disturbed[9] = core.Disturbance(["GPU 0 thermal slowdown 2.0 s"], [core.Culprit("GPU 0 thermal slowdown")])
-    lines = core.culprit_lines(disturbed, limit=3)
+    disturbed[9] = Disturbance(["GPU 0 thermal slowdown 2.0 s"], [Culprit("GPU 0 thermal slowdown")])
+    lines = culprit_lines(disturbed, limit=3)
     assert lines[0] == "GPU 0 thermal slowdown during launch 9"  # a GPU condition weighs a whole CPU
     assert lines[1].startswith("pid 1002 (root) `python -c spin`: 0.50 CPU-s/s on the engine's CPUs during launch 2")
     assert lines[2].startswith("pid 1003 ")
     assert not any("kdamond" in line for line in lines)
-    assert "kdamond" in core.culprit_lines(disturbed, limit=6)[-1]  # still named, last
+    assert "kdamond" in culprit_lines(disturbed, limit=6)[-1]  # still named, last
 
 
 # --- re-measure bookkeeping ------------------------------------------------------------------
@@ -272,29 +278,29 @@ def test_remeasure_leaves_out_the_pairs_of_disturbed_trials_up_to_the_limit():
     windows = {seq: QUIET for seq in range(1, 13)} | {3: _hog_window(4121), 9: _hog_window(4121),
                                                        12: _hog_window(4121)}
     settings = core.CompareConfig(max_remeasured_pairs=2)
-    disturbed, left_out = core.judge_compare(SEQS, windows, settings)
+    disturbed, left_out = judge_compare(SEQS, windows, settings)
     assert sorted(disturbed) == [3, 9, 12]
     assert left_out == {"baseline": [1, 4]}  # seq 3 is pair 1, seq 9 and 12 pair 4
-    three = core.judge_compare(SEQS, windows | {6: _hog_window(4121)}, settings)[1]
+    three = judge_compare(SEQS, windows | {6: _hog_window(4121)}, settings)[1]
     assert three == {"baseline": [1, 2]}  # the limit: pair 4 is kept
     for policy in ("keep", "fail"):
-        assert core.judge_compare(SEQS, windows, core.CompareConfig(on_disturbed=policy))[1] == {"baseline": []}
-    assert core.kept({"base": "abcdef", "head": "ABCDEF"}, [1, 4]) == {"base": list("acdf"), "head": list("ACDF")}
+        assert judge_compare(SEQS, windows, core.CompareConfig(on_disturbed=policy))[1] == {"baseline": []}
+    assert kept({"base": "abcdef", "head": "ABCDEF"}, [1, 4]) == {"base": list("acdf"), "head": list("ACDF")}
 
 
 def test_a_busy_host_is_named_at_the_top_with_what_would_settle_it():
     windows = {seq: QUIET for seq in range(1, 13)} | {seq: _hog_window(4121, 0.9) for seq in (9, 10, 11, 12)}
     settings = core.CompareConfig(on_disturbed="keep", margin_pct=2.0)
-    disturbed, left_out = core.judge_compare(SEQS, windows, settings)
+    disturbed, left_out = judge_compare(SEQS, windows, settings)
     base = [100.0, 101.0, 99.0, 100.5, 90.0, 97.0]
     head = [99.0, 102.5, 97.0, 100.0, 95.0, 89.0]
-    trials = {"baseline": {"base": [core.ArmTrial(v, None, None) for v in base],
-                           "head": [core.ArmTrial(v, None, None) for v in head]}}
-    verdicts = {"baseline": core.verdict_for(trials["baseline"], settings)}
-    assert verdicts["baseline"].verdict == core.INCONCLUSIVE
+    trials = {"baseline": {"base": [ArmTrial(v, None, None) for v in base],
+                           "head": [ArmTrial(v, None, None) for v in head]}}
+    verdicts = {"baseline": verdict_for(trials["baseline"], settings)}
+    assert verdicts["baseline"].verdict == INCONCLUSIVE
     tok_s = dict(zip(SEQS["baseline"]["base"] + SEQS["baseline"]["head"], base + head))
-    launches = core.launch_rows(SEQS, tok_s, disturbed, left_out, windows)
-    report = core.summarize(trials, verdicts, settings, None, launches, disturbed)
+    launches = launch_rows(SEQS, tok_s, disturbed, left_out, windows)
+    report = summarize(trials, verdicts, settings, None, launches, disturbed)
     assert report["headline"] == ("host busy: 4 of 12 trials disturbed (kept in the statistics): pid 4121 (root) "
                                   "`pip install -e .`: 0.90 CPU-s/s on the engine's CPUs during launches 9-12")
     limits = report["modes"]["baseline"]["limits"]
@@ -312,13 +318,13 @@ def test_an_inconclusive_verdict_at_the_cap_says_so_and_never_asks_for_a_wider_m
     settings = core.CompareConfig(margin_pct=3.0, min_trials=4, max_trials=8)
     base = [160.0, 237.0, 165.0, 171.0, 155.0, 240.0, 168.0, 162.0]  # two-valued launches, as seen on a busy VM
     head = [140.0, 150.0, 210.0, 139.0, 143.0, 148.0, 200.0, 141.0]
-    trials = {"baseline": {"base": [core.ArmTrial(v) for v in base], "head": [core.ArmTrial(v) for v in head]}}
-    verdicts = {"baseline": core.verdict_for(trials["baseline"], settings)}
-    assert verdicts["baseline"].verdict == core.INCONCLUSIVE and verdicts["baseline"].more_trials
+    trials = {"baseline": {"base": [ArmTrial(v) for v in base], "head": [ArmTrial(v) for v in head]}}
+    verdicts = {"baseline": verdict_for(trials["baseline"], settings)}
+    assert verdicts["baseline"].verdict == INCONCLUSIVE and verdicts["baseline"].more_trials
     tok_s = dict(zip(seqs["baseline"]["base"] + seqs["baseline"]["head"], base + head))
-    disturbed, left_out = core.judge_compare(seqs, windows, settings)
-    launches = core.launch_rows(seqs, tok_s, disturbed, left_out, windows)
-    limits = core.summarize(trials, verdicts, settings, None, launches, disturbed)["modes"]["baseline"]["limits"]
+    disturbed, left_out = judge_compare(seqs, windows, settings)
+    launches = launch_rows(seqs, tok_s, disturbed, left_out, windows)
+    limits = summarize(trials, verdicts, settings, None, launches, disturbed)["modes"]["baseline"]["limits"]
     text = "\n".join(limits)
     assert "stopped at the cap of 8 launches per arm ([compare].max_trials)" in text, text
     more = verdicts["baseline"].more_trials
@@ -328,22 +334,22 @@ def test_an_inconclusive_verdict_at_the_cap_says_so_and_never_asks_for_a_wider_m
 
 def test_a_quiet_compare_has_no_headline():
     windows = {seq: QUIET for seq in range(1, 13)}
-    disturbed, left_out = core.judge_compare(SEQS, windows, core.CompareConfig())
+    disturbed, left_out = judge_compare(SEQS, windows, core.CompareConfig())
     assert disturbed == {} and left_out == {"baseline": []}
-    launches = core.launch_rows(SEQS, {s: 100.0 for s in range(1, 13)}, disturbed, left_out, windows)
+    launches = launch_rows(SEQS, {s: 100.0 for s in range(1, 13)}, disturbed, left_out, windows)
     assert [r["seq"] for r in launches] == list(range(1, 13)) and not any(r["disturbed"] for r in launches)
-    trials = {"baseline": {"base": [core.ArmTrial(100.0, None, None)] * 6, "head": [core.ArmTrial(100.0, None, None)] * 6}}
-    report = core.summarize(trials, {}, core.CompareConfig(), None, launches, disturbed)
+    trials = {"baseline": {"base": [ArmTrial(100.0, None, None)] * 6, "head": [ArmTrial(100.0, None, None)] * 6}}
+    report = summarize(trials, {}, core.CompareConfig(), None, launches, disturbed)
     assert report["headline"] is None and disturbed_lines(report) == []
 
 
 def test_chart_marks_disturbed_launches(tmp_path):
     windows = {seq: QUIET for seq in range(1, 13)} | {3: _hog_window(7)}
     settings = core.CompareConfig()
-    disturbed, left_out = core.judge_compare(SEQS, windows, settings)
-    launches = core.launch_rows(SEQS, {s: 100.0 + s for s in range(1, 13)}, disturbed, left_out, windows)
+    disturbed, left_out = judge_compare(SEQS, windows, settings)
+    launches = launch_rows(SEQS, {s: 100.0 + s for s in range(1, 13)}, disturbed, left_out, windows)
     trials = {"baseline": {"base": [], "head": []}}
-    path = core.render_chart(trials, tmp_path / "c.png", "t", launches)
+    path = render_chart(trials, tmp_path / "c.png", "t", launches)
     assert path.stat().st_size > 1000
 
 
@@ -386,7 +392,7 @@ def test_gpu_processes_keep_the_identity_they_had_when_first_seen(monkeypatch):
     import threading
     import time
 
-    from core import _host_agent
+    from core._hosts import agent as _host_agent
 
     # the engine's group leader and a worker of its group, which holds the GPU
     engine = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], start_new_session=True, stdout=subprocess.PIPE,
@@ -437,7 +443,7 @@ def test_gpu_processes_keep_the_identity_they_had_when_first_seen(monkeypatch):
 def test_steal_time_on_the_engines_cpus_disturbs_above_its_limit():
     window = recorded("idle")
     window["cpu"]["engine_cpus_steal_share"] = 0.12  # as the hypervisor took from CPU 1 on 2026-12-03
-    judged = core.judge_window(window, LIMITS)
+    judged = judge_window(window, LIMITS)
     assert judged.disturbed and any("steal time" in r and "12%" in r for r in judged.reasons), judged.reasons
     window["cpu"]["engine_cpus_steal_share"] = 0.03
-    assert not any("steal" in r for r in core.judge_window(window, LIMITS).reasons)
+    assert not any("steal" in r for r in judge_window(window, LIMITS).reasons)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-import core
 from bot._runs import stored_report
+from core._experiments.stats import REGRESSION
 from tests.conftest import HOGGED
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
@@ -38,7 +38,7 @@ def test_hog_on_the_engine_cpu_is_named_and_its_pairs_measured_again(slow_spec_c
     # ...so both pairs of eagle3's round 1 are left out and measured again; baseline keeps all
     assert result.left_out == {"baseline": [], "eagle3": [0, 1]}
     assert [len(result.seqs[mode]["base"]) for mode in ("baseline", "eagle3")] == [4, 6]
-    assert result.verdicts["eagle3"].verdict == core.REGRESSION, result.verdicts
+    assert result.verdicts["eagle3"].verdict == REGRESSION, result.verdicts
 
     # `specperf show` judges the stored windows again: the same launches, the same culprit
     report, _ = stored_report(stored)

@@ -2,7 +2,7 @@
 resolves (file and heading), every `specperf` command example names a subcommand and options
 that its parser accepts, the README stays a five-minute read, and docs/configuration.md lists
 every key of the configuration with its default, as the configuration's own definitions
-(core/_config.py, bot/_settings.py) give them."""
+(core/_config/__init__.py, bot/_settings.py) give them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from bot._settings import BotConfig
 from bot.cli import _parser
 from tests.conftest import ROOT
 
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_MAX_LINES = 150
 
 
@@ -162,3 +162,30 @@ def test_the_configuration_reference_lists_every_key_with_its_default():
         elif section and (row := re.match(r"\| `([a-z_]+)` \| `(.*?)` \|", line)):
             documented[section][row.group(1)] = row.group(2)
     assert documented == _reference(BotConfig)
+
+
+def test_architecture_names_every_package_and_only_files_that_exist():
+    """ARCHITECTURE.md stays true: each ``core`` and ``bot`` package (folder or top-level
+    module) is named there, and every path it names (``core/_env/probe.py``, ``_jobs/``, a
+    module of a table row) is a file or folder of the tree."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    spans = set(re.findall(r"`([^`\s]+)`", text))
+    missing = []
+    for top in ("core", "bot"):
+        for item in sorted((ROOT / top).iterdir()):
+            if item.name.startswith(("__", ".")) or item.suffix not in (".py", ""):
+                continue
+            name = item.name + "/" if item.is_dir() else item.name
+            if name not in spans:
+                missing.append(f"{top}/{name}")
+    assert missing == [], "packages ARCHITECTURE.md does not name"
+    names = [s for s in spans if re.fullmatch(r"[a-z_]+(/[a-z_]+)*(\.py|/)", s)]
+    places = [ROOT, *(ROOT / t for t in ("core", "bot", "storage")),
+              *(p for t in ("core", "bot") for p in (ROOT / t).iterdir() if p.is_dir())]
+    assert names and [n for n in names if not any((p / n).exists() for p in places)] == []
+    # the modules column of core's table: `| `_env/` | concern | `probe`, `checks`, ... |`
+    rows = re.findall(r"^\| `(_?[a-z]+)/` \|[^|]*\| ([^|]+) \|$", text, flags=re.M)
+    assert len(rows) >= 8
+    absent = [f"{pkg}/{m}" for pkg, modules in rows for m in re.findall(r"`([a-z_]+/?)`", modules)
+              if not ((ROOT / "core" / pkg / f"{m}.py").exists() or (ROOT / "core" / pkg / m).is_dir())]
+    assert absent == [], "modules ARCHITECTURE.md lists that core does not have"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core import Check, CheckStatus, run_checks, worst
+from core import Check, CheckStatus
+from core._env.checks import run_checks, worst
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 LOAD_PID = 537  # the matmul loop's pid in h200_load*.json
@@ -236,7 +237,7 @@ def test_check_to_dict_and_bad_input():
     check = only(run_checks(reading("load"), True), "clock events")
     assert json.loads(json.dumps(check.to_dict())) == {
         "name": "clock events", "status": "WARN", "gpu": 0, "line": check.line}
-    with pytest.raises(ValueError, match="needs a snapshot from core.probe"):
+    with pytest.raises(ValueError, match="needs a snapshot from core._env.probe.probe"):
         run_checks({"gpu": {}}, under_load=False)
     assert worst([]) is CheckStatus.PASS
 

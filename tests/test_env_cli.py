@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-import core
 import storage
+from core._config import DisturbanceConfig
+from core._env.disturbance import judge_window
+from core._env.fingerprint import load_snapshot, performance_env
 from tests.conftest import specperf_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +58,7 @@ def test_env_on_the_cpu_test_engine(testenv, tmp_path):
     assert len(saved) == 1
     doc = json.loads(saved[0].read_text())
     assert doc["under_load"] is False and doc["checks"][0]["name"] == "gpu"
-    assert core.load_snapshot(saved[0])["software"]["packages"]["vllm"]["version"] == vllm_version
+    assert load_snapshot(saved[0])["software"]["packages"]["vllm"]["version"] == vllm_version
 
 
 def test_env_diff_names_the_changed_package_first(tmp_path):
@@ -141,7 +143,7 @@ def test_watch_table_and_verdict_give_one_figure_for_the_engine_cpus_foreign_sha
 
     from rich.console import Console
 
-    from bot._cmd_env import print_window
+    from bot.cli.env import print_window
 
     window = {"window_s": 10.0, "host_cpus": 2, "engine_cpus": [1],
               "cpu": {"engine_cpus_foreign_share": 0.32, "engine_cpus_unattributed_s": 0.8, "host_foreign_share": 0.2,
@@ -150,7 +152,7 @@ def test_watch_table_and_verdict_give_one_figure_for_the_engine_cpus_foreign_sha
                                      "engine_cpus_cpu_s": 3.2}],
               "memory": {"available_min_mib": 1000, "swap_in_mib": 0, "swap_out_mib": 0},
               "gpu": {"available": False, "reason": "no GPU"}}
-    judged = core.judge_window(window, core.DisturbanceConfig())
+    judged = judge_window(window, DisturbanceConfig())
     console = Console(width=200, record=True)
     print_window(console, window, "host local for 10.0 s", judged)
     table = console.export_text()
@@ -179,7 +181,7 @@ def test_cheap_env_shows_the_variables_that_move_performance_and_the_memory_tota
     names = [row.split("│")[1].strip() for row in rows]
     assert "VLLM_SPECPERF_TEST" in names and "NCCL_SPECPERF_TEST" in names
     assert "SSL_CERT_FILE" not in done.stdout and "PATH" not in names
-    others = len(variables) - len(core.performance_env(variables))
+    others = len(variables) - len(performance_env(variables))
     assert f"{others} other variables (paths, shell, ...) in the saved JSON" in done.stdout
     memory = next(row for row in rows if "memory available MiB" in row)
     system = saved["system"]

@@ -11,14 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import core
-from core import (
-    Category,
-    SnapshotError,
-    diff_snapshots,
-    flatten_snapshot,
-    load_snapshot,
-)
+from core._env.fingerprint import Category, SnapshotError, diff_snapshots, flatten_snapshot, load_snapshot
+from core._env.probe import probe
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 
@@ -190,7 +184,7 @@ def test_two_venvs_differing_in_one_package_name_it_first(testenv, tmp_path):
     engine_site = next((testenv / "engine-venv" / "lib").glob("python3*/site-packages"))
     python_a = make_venv(tmp_path / "venv-a", engine_site, "0.5.2")
     python_b = make_venv(tmp_path / "venv-b", engine_site, "0.5.3")
-    a, b = core.probe(str(python_a)), core.probe(str(python_b))
+    a, b = probe(str(python_a)), probe(str(python_b))
     assert a["software"]["packages"]["vllm"]["version"] == b["software"]["packages"]["vllm"]["version"] == "0.32.0"
     changes = diff_snapshots(a, b)
     first = changes[0]

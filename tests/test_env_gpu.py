@@ -11,7 +11,9 @@ import pytest
 
 import core
 from bench.probe_time import start_load
-from core._probe_script import reason_names
+from core._env.checks import run_checks
+from core._env.probe import probe, probe_cheap
+from core._env.probe_script import reason_names
 
 
 def _nvml_reason() -> str | None:
@@ -40,7 +42,7 @@ def _nvidia_smi() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def full() -> dict:
-    return core.probe(sys.executable)
+    return probe(sys.executable)
 
 
 def test_probe_agrees_with_nvidia_smi(full):
@@ -63,7 +65,7 @@ def test_probe_agrees_with_nvidia_smi(full):
 
 
 def test_no_import_form_reads_the_same_gpus(full):
-    piped = core.probe(sys.executable, import_torch=False)
+    piped = probe(sys.executable, import_torch=False)
     assert [d["uuid"] for d in piped["gpu"]["devices"]] == [d["uuid"] for d in full["gpu"]["devices"]]
     assert piped["gpu"]["driver_version"] == full["gpu"]["driver_version"]
 
@@ -74,7 +76,7 @@ def test_nccl_from_torch_and_from_libnccl_agree(full):
     expected = ".".join(str(p) for p in torch.cuda.nccl.version()[:3])
     assert full["software"]["nccl"]["version"] == expected
     assert full["software"]["nccl"]["source"] == "torch"
-    without_import = core.probe(sys.executable, import_torch=False, cheap=False)
+    without_import = probe(sys.executable, import_torch=False, cheap=False)
     nccl = without_import["software"]["nccl"]
     assert nccl["source"].startswith("libnccl:")
     assert nccl["version"] == expected
@@ -84,7 +86,7 @@ def test_nccl_from_torch_and_from_libnccl_agree(full):
 def test_foreign_compute_process_is_found_and_judged():
     load = start_load(sys.executable, 30)
     try:
-        snapshot = core.probe_cheap(sys.executable)
+        snapshot = probe_cheap(sys.executable)
     finally:
         load.kill()
         load.wait()
@@ -96,10 +98,10 @@ def test_foreign_compute_process_is_found_and_judged():
     assert device["pstate"] == 0
     assert device["sm_clock_mhz"] > 1000
 
-    checks = core.run_checks(snapshot, under_load=True)
+    checks = run_checks(snapshot, under_load=True)
     foreign = [c for c in checks if c.name == "foreign processes"]
     assert foreign[0].status is core.CheckStatus.FAIL and f"pid {load.pid}" in foreign[0].line
-    mine = [c for c in core.run_checks(snapshot, under_load=True, own_pids={load.pid})
+    mine = [c for c in run_checks(snapshot, under_load=True, own_pids={load.pid})
             if c.name == "foreign processes"]
     assert all(f"pid {load.pid}" not in c.line for c in mine)
     if all(p["pid"] == load.pid for p in device["processes"]):
@@ -107,7 +109,7 @@ def test_foreign_compute_process_is_found_and_judged():
 
 
 def test_cheap_probe_is_cheaper_than_full(full):
-    cheap = core.probe_cheap(sys.executable)
+    cheap = probe_cheap(sys.executable)
     assert cheap["kind"] == "cheap" and "packages" not in cheap["software"]
     assert cheap["wall_s"] < full["wall_s"]
     assert {d["uuid"] for d in cheap["gpu"]["devices"]} == {d["uuid"] for d in full["gpu"]["devices"]}

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import core
-from core import CheckStatus, ProbeError, probe, probe_cheap, run_checks
-from core._probe_script import decode_version_code, reason_names
+from core import CheckStatus, ProbeError
+from core._env.checks import run_checks
+from core._env.probe import probe, probe_async, probe_cheap, probe_options, probe_script_text
+from core._env.probe_script import decode_version_code, reason_names
 
 
 def _nvml_works() -> bool:
@@ -110,7 +111,7 @@ def test_cheap_probe_reads_live_fields_only(engine_python, engine_snapshot):
 
 
 def test_async_probe_matches(engine_python, engine_snapshot):
-    snapshot = asyncio.run(core.probe_async(str(engine_python), import_torch=False))
+    snapshot = asyncio.run(probe_async(str(engine_python), import_torch=False))
     assert snapshot["software"]["packages"]["vllm"] == engine_snapshot["software"]["packages"]["vllm"]
 
 
@@ -224,13 +225,13 @@ def test_probe_errors(tmp_path):
     with pytest.raises(ProbeError, match="sample_s must be between 0 and 10 seconds, got 11"):
         probe(sys.executable, sample_s=11)
     with pytest.raises(ProbeError, match="did not finish within 0.5 s"):
-        asyncio.run(core.probe_async(write_exe(tmp_path / "slow2", "sleep 5"), timeout_s=0.5))
+        asyncio.run(probe_async(write_exe(tmp_path / "slow2", "sleep 5"), timeout_s=0.5))
     with pytest.raises(ProbeError, match="does not exist"):
-        asyncio.run(core.probe_async("/nowhere/bin/python"))
+        asyncio.run(probe_async("/nowhere/bin/python"))
 
 
 def test_probe_script_rejects_bad_arguments():
-    result = subprocess.run([sys.executable, "-", "--sample-s", "-1"], input=core.probe_script_text(),
+    result = subprocess.run([sys.executable, "-", "--sample-s", "-1"], input=probe_script_text(),
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--sample-s must be between 0 and 10 seconds" in result.stderr
 
@@ -265,7 +266,7 @@ def test_clock_event_reason_names():
 
 def test_probe_script_is_python_3_8_syntax():
     # the probe runs with the engine's interpreter, which may be older than specperf's
-    tree = ast.parse(core.probe_script_text(), feature_version=(3, 8))
+    tree = ast.parse(probe_script_text(), feature_version=(3, 8))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -274,7 +275,7 @@ def test_probe_script_is_python_3_8_syntax():
 
 
 def test_probe_options_are_an_argv_never_a_shell_string():
-    options = core.probe_options(cheap=True, repo="/src/x; rm -rf /", sample_s=0.25)
+    options = probe_options(cheap=True, repo="/src/x; rm -rf /", sample_s=0.25)
     assert options == ["--cheap", "--repo", "/src/x; rm -rf /", "--sample-s", "0.25"]
-    assert core.probe_script_text().startswith('"""specperf\'s host probe')
+    assert probe_script_text().startswith('"""specperf\'s host probe')
     assert CheckStatus.PASS.rank < CheckStatus.WARN.rank < CheckStatus.FAIL.rank

@@ -10,8 +10,10 @@ import types
 import pynvml
 import pytest
 
-from core import CheckStatus, diff_snapshots, run_checks
-from core._probe_script import _gpu_readings
+from core import CheckStatus
+from core._env.checks import run_checks
+from core._env.fingerprint import diff_snapshots
+from core._env.probe_script import _gpu_readings
 
 GPUS = 8
 LINKS = 18
@@ -146,7 +148,7 @@ def _recorded(name: str) -> dict:
 
 
 def test_the_h200s_topology_fields_agree_with_nvidia_smi_and_torch():
-    """One H200 in a 16-CPU VM, probed by core/_probe_script.py with the machine's own Python;
+    """One H200 in a 16-CPU VM, probed by core/_env/probe_script.py with the machine's own Python;
     nvidia-smi topo -m and torch read beside it (h200_topo_m.txt): the CPU affinity is NVML's
     0-15 as nvidia-smi prints it, sysfs gives the GPU no NUMA node (-1: read as none), NVLink
     is not supported on this board, one GPU has no pairs, and NCCL is torch's 2.28.9."""

@@ -30,11 +30,14 @@ import pytest
 import core
 import storage
 from bot import load_config as load_bot_config
-from bot._scheduler import ScheduleContext, summary_tick
-from bot._slack_client import web_client
-from bot._slack_notifier import SlackNotifier
-from bot._summary_blocks import summary_blocks
-from core._summary import _stored_marks
+from bot._jobs.scheduler import ScheduleContext, summary_tick
+from bot._slack.client import web_client
+from bot._slack.notifier import SlackNotifier
+from bot._slack.summary_blocks import summary_blocks
+from core._experiments.bisection import BisectRequest
+from core._experiments.bisection import bisect as _bisect
+from core._experiments.compare import CompareRequest, compare, resolve_refs
+from core._history.summary import _stored_marks, build_summary
 from tests.bot_support import write_config
 from tests.conftest import ROOT, local_host
 from tests.fake_engine_repo import ENGINE, _git, fake_engine, linear_history, make_repo
@@ -58,13 +61,13 @@ def _free_port() -> int:
 
 
 async def _compare(db, repo: Path, work: Path, port: int, base: str, head: str, mode: str) -> int:
-    request = core.CompareRequest(
+    request = CompareRequest(
         engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
         head_ref=head, base_ref=base, modes=[mode], settings=SETTINGS, host=local_host(work))
     store = storage.RunStore(db)
-    shas = await core.resolve_refs(request)
+    shas = await resolve_refs(request)
     run_id = store.create(request, *shas)
-    result = await core.compare(request, store, shas=shas)
+    result = await compare(request, store, shas=shas)
     assert result.status == "done", result.reason
     return run_id
 
@@ -89,11 +92,11 @@ def history(tmp_path_factory):
 
     async def measure():
         db = storage.open_database(f"sqlite:///{db_file}")
-        request = core.BisectRequest(
+        request = BisectRequest(
             engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
             good_ref="good", bad_ref="c8", mode="baseline", settings=SETTINGS, host=local_host(tmp / "work"))
         store = storage.BisectStore(db, request)
-        result = await core.bisect(request, store)
+        result = await _bisect(request, store)
         side = await _compare(db, repo, tmp / "work", port, "c5", "side", "eagle3")
         return result, store.run_id, side
 
@@ -163,7 +166,7 @@ def _built(db_file: Path, repo: Path, shas: dict) -> core.RegressionSummary:
     order = subprocess.run(["git", "-C", str(repo), "rev-list", "--first-parent", "--reverse", "main"],
                            capture_output=True, text=True, check=True).stdout.split()
     since = dt.datetime.now(UTC) - dt.timedelta(days=1)
-    return core.build_summary(storage.load_series(db, commit_order={"fake": order}), since=since,
+    return build_summary(storage.load_series(db, commit_order={"fake": order}), since=since,
                               runs=storage.load_findings(db, since=since), margin_pct=SETTINGS.margin_pct)
 
 
@@ -201,7 +204,7 @@ async def test_the_scheduled_summary_has_one_section_per_finding_linked_to_its_t
                                'channel = "C_SUMMARY"\nperiod = "daily"\n')
         config = load_bot_config(config_path)
         notifier = SlackNotifier(web_client(config.slack), config.slack, db)
-        from bot._jobs import JobQueue
+        from bot._jobs.queue_workers import JobQueue
 
         summary = await summary_tick(ScheduleContext(config, db, JobQueue(config, db, notifier), notifier))
     finally:
@@ -235,7 +238,7 @@ async def test_a_period_of_no_change_compares_over_a_flat_series_is_quiet(tmp_pa
     # NO CHANGE each (on a loaded machine one may stay INCONCLUSIVE: not a finding either)
     stored = [v.verdict for _, verdicts in storage.list_runs(db) for v in verdicts]
     assert len(stored) == 3 and set(stored) <= {"NO CHANGE", "INCONCLUSIVE"} and "NO CHANGE" in stored, stored
-    summary = core.build_summary(storage.load_series(db), since=since, runs=runs, margin_pct=SETTINGS.margin_pct)
+    summary = build_summary(storage.load_series(db), since=since, runs=runs, margin_pct=SETTINGS.margin_pct)
     assert summary.quiet, summary.headline
     assert summary.headline.startswith("Quiet: 4 commits measured in the last 1 day across 1 series")
     (entry,) = summary.series

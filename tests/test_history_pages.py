@@ -1,4 +1,4 @@
-"""The history pages (core/_history_site.py, bot/_history_pages.py, ``specperf report --html``)
+"""The history pages (core/_history/static_site.py, bot/_history_pages.py, ``specperf report --html``)
 built from the stored history tests/fixtures/history.sqlite (eight compares of the fake
 engine, h0..h8; copied first, never changed) and from a constructed history whose change
 point, environment change, verdicts and disturbed launch are known; the Slack summary's links
@@ -26,7 +26,11 @@ import core
 import storage
 from bot._history_pages import write_history_site
 from bot._settings import parse_config
-from bot._summary_blocks import summary_blocks
+from bot._slack.summary_blocks import summary_blocks
+from core._experiments.report import summarize
+from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, ArmTrial
+from core._history.static_site import RunPage, build_history_site, series_page
+from core._history.summary import build_summary
 from tests.conftest import ROOT, SPECPERF, specperf_in_process
 from tests.test_summary import NOW, history
 
@@ -160,7 +164,7 @@ def test_the_site_of_the_stored_history(tmp_path, db_file):
 
     db = storage.open_database(f"sqlite:///{db_file}")
     series = storage.load_series(db)
-    trend_pages = {core.series_page(*s.key) for s in series}
+    trend_pages = {series_page(*s.key) for s in series}
     assert len(trend_pages) == len(series) == 1
     assert {p.name for p in site.glob("trend-*.html")} == trend_pages
     stored = _stored_trials(db_file)
@@ -182,11 +186,11 @@ def test_the_site_of_the_stored_history(tmp_path, db_file):
         assert [int(row[0]) for row in page.cells] == [seq for seq, _ in stored[run_id]]
         assert [row[4] for row in page.cells] == [f"{tok_s:,.2f}" for _, tok_s in stored[run_id]]
         assert f"charts/run-{run_id}.svg" in {value for _, value, _ in page.links}
-        assert core.series_page(*series[0].key) in {value for _, value, _ in page.links}
+        assert series_page(*series[0].key) in {value for _, value, _ in page.links}
 
     # each commit's point on the trend links to the run that measured it as head (h0: base only)
     (s,) = series
-    trend = _parse(site / core.series_page(*s.key))
+    trend = _parse(site / series_page(*s.key))
     points = [value for value, groups in trend.anchors if "medians" in groups]
     head_of = {}
     with sqlite3.connect(db_file) as con:
@@ -219,12 +223,12 @@ def test_no_page_fetches_anything_from_outside(tmp_path, db_file):
 
 
 def _run_page(run_id: int, base: str, head: str, verdict: str, change_pct: float, mode: str = "eagle3",
-              disturbed: bool = False) -> core.RunPage:
+              disturbed: bool = False) -> RunPage:
     """A compare of ``head`` against ``base`` (series ``history()``'s engine, host, workload),
-    two launches per arm, its report made by core.summarize as ``specperf show`` makes it."""
+    two launches per arm, its report made by core._experiments.report.summarize as ``specperf show`` makes it."""
     base_tok, head_tok = 100.0, 100.0 * (1 + change_pct / 100)
-    trials = {mode: {"base": [core.ArmTrial(base_tok - 1), core.ArmTrial(base_tok + 1)],
-                     "head": [core.ArmTrial(head_tok - 1), core.ArmTrial(head_tok + 1)]}}
+    trials = {mode: {"base": [ArmTrial(base_tok - 1), ArmTrial(base_tok + 1)],
+                     "head": [ArmTrial(head_tok - 1), ArmTrial(head_tok + 1)]}}
     settings = core.CompareConfig()
     v = core.Verdict(verdict, 2, change_pct, change_pct - 1.5, change_pct + 1.5, 0.01, 2.0, 0.05, None, None, None,
                      None, f"planted {verdict}")
@@ -234,25 +238,25 @@ def _run_page(run_id: int, base: str, head: str, verdict: str, change_pct: float
                 for seq, (role, t) in enumerate([("base", trials[mode]["base"][0]), ("head", trials[mode]["head"][0]),
                                                  ("head", trials[mode]["head"][1]), ("base", trials[mode]["base"][1])],
                                                 start=1)]
-    report = core.summarize(trials, {mode: v}, settings, {"arms_differ": ["NCCL 2.27.3 -> 2.28.9"]}, launches)
-    return core.RunPage(run_id=run_id, kind="compare", status="done", engine="sglang-k2", host="h200-a",
+    report = summarize(trials, {mode: v}, settings, {"arms_differ": ["NCCL 2.27.3 -> 2.28.9"]}, launches)
+    return RunPage(run_id=run_id, kind="compare", status="done", engine="sglang-k2", host="h200-a",
                         workload="decode-bs1", modes=[mode], base_ref="b", base_sha=base, head_ref="h", head_sha=head,
                         created_at=NOW, report=report, trials=trials,
-                        figures={row["seq"]: core.ArmTrial(row["output_tok_s"]) for row in launches})
+                        figures={row["seq"]: ArmTrial(row["output_tok_s"]) for row in launches})
 
 
 def test_the_trend_shows_each_verdict_kind_change_points_environment_and_disturbance(tmp_path):
     s = history()  # a REGRESSION change point at 16, NCCL changes at 20
     shas = [p.sha for p in s.points]
-    planted = {101: (shas[2], shas[3], core.REGRESSION, -8.0, False), 102: (shas[5], shas[6], core.IMPROVEMENT, 7.0, False),
-               103: (shas[8], shas[9], core.NO_CHANGE, 0.3, True), 104: (shas[15], shas[16], core.INCONCLUSIVE, -4.0, False)}
+    planted = {101: (shas[2], shas[3], REGRESSION, -8.0, False), 102: (shas[5], shas[6], IMPROVEMENT, 7.0, False),
+               103: (shas[8], shas[9], NO_CHANGE, 0.3, True), 104: (shas[15], shas[16], INCONCLUSIVE, -4.0, False)}
     runs = [_run_page(r, base, head, verdict, change, disturbed=disturbed)
             for r, (base, head, verdict, change, disturbed) in planted.items()]
     for p, run_id in ((s.points[3], 101), (s.points[6], 102), (s.points[9], 103), (s.points[16], 104)):
         p.run_ids.append(run_id)
-    summary = core.build_summary([s], since=NOW - dt.timedelta(days=400), now=NOW)
-    written = core.build_history_site(tmp_path / "site", summary, runs, generated_at=NOW)
-    assert [p.name for p in written] == ["index.html", core.series_page(*s.key)] + [f"run-{r}.html" for r in planted]
+    summary = build_summary([s], since=NOW - dt.timedelta(days=400), now=NOW)
+    written = build_history_site(tmp_path / "site", summary, runs, generated_at=NOW)
+    assert [p.name for p in written] == ["index.html", series_page(*s.key)] + [f"run-{r}.html" for r in planted]
     trend = _parse(written[1])
     groups: dict[str, list[str]] = {}
     for value, enclosing in trend.anchors:
@@ -293,13 +297,13 @@ def test_the_summary_links_to_the_pages_when_a_base_url_is_set(tmp_path, db_file
     series = storage.load_series(db)
     site = tmp_path / "site"
     write_history_site(db, series, site)
-    summary = core.build_summary(series, since=dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+    summary = build_summary(series, since=dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
                                  now=dt.datetime(2026, 12, 2, tzinfo=dt.UTC))
     summary = dataclasses.replace(summary, quiet=False)  # the fixture's period is quiet: show its series
     blocks, text = summary_blocks(summary, links={}, pages_url=config.report.html_base_url)
     links = re.findall(r"<(https://perf\.example/specperf/[^|>]+)\|([a-z ]+)>", str(blocks))
     assert links == [("https://perf.example/specperf/index.html", "history pages"),
-                     (f"https://perf.example/specperf/{core.series_page(*series[0].key)}", "trend")]
+                     (f"https://perf.example/specperf/{series_page(*series[0].key)}", "trend")]
     for url, _ in links:
         assert (site / url.rsplit("/", 1)[1]).is_file()
         assert url in text

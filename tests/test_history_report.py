@@ -25,7 +25,11 @@ from sqlmodel import Session, select
 
 import core
 import storage
-from bot._summary_blocks import BISECT_ACTION, summary_blocks
+from bot._slack.summary_blocks import BISECT_ACTION, summary_blocks
+from core._experiments.compare import CompareRequest, compare, resolve_refs
+from core._git import first_parent_order
+from core._history.changepoints import analyze as analyze_series
+from core._history.summary import build_summary
 from tests.conftest import ROOT, SPECPERF, local_host
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 
@@ -46,13 +50,13 @@ async def _measure_history(repo: Path, tags: list[str], url: str, workdir: Path)
     db = storage.open_database(url)
     port = _free_port()
     for base, head in itertools.pairwise(tags):
-        request = core.CompareRequest(
+        request = CompareRequest(
             engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
             head_ref=head, base_ref=base, modes=MODES, settings=SETTINGS, host=local_host(workdir))
         store = storage.RunStore(db)
-        shas = await core.resolve_refs(request)
+        shas = await resolve_refs(request)
         store.create(request, *shas)
-        result = await core.compare(request, store, shas=shas)
+        result = await compare(request, store, shas=shas)
         assert result.status == "done", result.reason
 
 
@@ -100,7 +104,7 @@ def _report(tmp_path: Path, repo: Path, db_file: Path, *extra: str) -> subproces
 
 async def test_the_change_point_lands_on_the_planted_commit(history):
     repo, shas, db_file = history
-    order = await core.first_parent_order(local_host(repo.parent / "work"), str(repo))
+    order = await first_parent_order(local_host(repo.parent / "work"), str(repo))
     assert order == [shas[f"h{i}"] for i in range(9)]
     series = storage.load_series(storage.open_database(f"sqlite:///{db_file}"), commit_order={"fake": order})
     assert [s.mode for s in series] == MODES
@@ -113,7 +117,7 @@ async def test_the_change_point_lands_on_the_planted_commit(history):
         for p in s.points:
             assert sorted(p.trials_output_tok_s) == sorted(_stored_trials(db_file, p.sha, s.mode))
             assert p.output_tok_s == statistics.median(p.trials_output_tok_s)
-        result = core.analyze_series([p.output_tok_s for p in s.points], [p.trials_output_tok_s for p in s.points])
+        result = analyze_series([p.output_tok_s for p in s.points], [p.trials_output_tok_s for p in s.points])
         assert [(c.index, c.verdict) for c in result.change_points] == [(5, "REGRESSION")], result
         assert s.points[5].sha == shas["h5"]
         assert -13.0 < result.change_points[0].shift.change_pct < -5.0  # ITL x 1.1 is -9.1% tok/s
@@ -178,7 +182,7 @@ def test_report_prints_the_stored_numbers_marks_environment_changes_and_writes_t
     db = storage.open_database(f"sqlite:///{copy}")
     order = [shas[f"h{i}"] for i in range(9)]
     since = dt.datetime.fromisoformat(summary["since"])
-    built = core.build_summary(storage.load_series(db, commit_order={"fake": order}), since=since,
+    built = build_summary(storage.load_series(db, commit_order={"fake": order}), since=since,
                                now=dt.datetime.fromisoformat(summary["now"]), runs=storage.load_findings(db, since=since))
     assert built.to_dict() == summary  # what the terminal wrote is what Slack gets
     blocks, text = summary_blocks(built)

@@ -1,4 +1,4 @@
-"""The benchmark client on the engine's host (``[hosts.<name>] client = "host"``, core/_host_client.py).
+"""The benchmark client on the engine's host (``[hosts.<name>] client = "host"``, core/_measure/host_client/__init__.py).
 
 Fast tier: the config rules, the JSON-line protocol of the host side (:func:`serve`) against
 an in-process exact-rate server, the driver (:func:`run_on_host`) talking to that same host
@@ -21,8 +21,13 @@ import pytest
 
 import core
 import storage
-from core._host_client import PROTOCOL, run_on_host, serve
+from core._experiments.compare import CompareRequest, compare, resolve_refs
+from core._experiments.stats import INCONCLUSIVE, REGRESSION
+from core._hosts import SshHost, open_host
 from core._hosts.base import Spawned
+from core._measure.client import RequestRecord, run_workload
+from core._measure.host_client import PROTOCOL, run_on_host, serve
+from core._measure.trial import measure
 from core.testing import ExactRateServer
 from tests.conftest import ROOT, group_members
 from tests.fake_engine_repo import fake_engine, make_repo
@@ -49,23 +54,23 @@ def test_client_host_needs_client_python_and_an_ssh_host(monkeypatch):
                                '[hosts.tunnel]\nssh = "root@gpu-b"\n', "specperf.toml")
     assert config.hosts["gpu"].client_python == "/opt/specperf/bin/python"
     assert config.hosts["tunnel"].client == "here"  # the default, as before
-    gpu = core.open_host("gpu", config.hosts["gpu"], Path("/tmp"))
+    gpu = open_host("gpu", config.hosts["gpu"], Path("/tmp"))
     assert gpu.client_where == "on the host, beside the engine"
-    assert core.open_host("tunnel", config.hosts["tunnel"], Path("/tmp")).client_where == "here, through an SSH tunnel"
-    assert core.open_host("local", config.hosts["local"], Path("/tmp")).client_where == "here"
+    assert open_host("tunnel", config.hosts["tunnel"], Path("/tmp")).client_where == "here, through an SSH tunnel"
+    assert open_host("local", config.hosts["local"], Path("/tmp")).client_where == "here"
 
 
 def test_the_run_and_its_reports_say_the_client_ran_on_the_host(tmp_path):
     from rich.console import Console
 
-    from bot._report_view import print_report
-    from bot._slack_blocks import verdict_blocks
+    from bot._slack.blocks import verdict_blocks
+    from bot.cli.tables import print_report
 
     config = core.HostConfig(ssh="root@gpu-a", client="host", client_python="/opt/specperf/bin/python")
-    request = core.CompareRequest(
+    request = CompareRequest(
         engine_name="e", engine=core.EngineConfig(kind="command", command=["serve"]), workload_name="w",
         workload=WORKLOAD, head_ref="abc", base_ref="base", modes=["baseline"], settings=core.CompareConfig(),
-        host=core.open_host("gpu", config, tmp_path))
+        host=open_host("gpu", config, tmp_path))
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     stored = storage.load_run(db, storage.RunStore(db).create(request, "1" * 40, "2" * 40))
     assert stored.run.settings["client"] == "on the host, beside the engine"
@@ -184,7 +189,7 @@ async def test_the_host_side_speaks_the_protocol_line_by_line():
     assert keys == ["hello", "warm"] + ["done"] * WORKLOAD.requests + ["sample"]
     hello = lines[0]["hello"]
     assert hello["protocol"] == PROTOCOL and hello["pid"] == os.getpid() and hello["python"] == sys.executable
-    records = [core.RequestRecord(**doc["done"]) for doc in lines if "done" in doc]
+    records = [RequestRecord(**doc["done"]) for doc in lines if "done" in doc]
     assert sorted(r.index for r in records) == list(range(WORKLOAD.requests))
     assert all(r.output_tokens == 16 and len(r.itl_ms) == 15 and r.invalid_reason is None for r in records)
     window = lines[-1]["sample"]
@@ -215,7 +220,7 @@ async def test_the_host_side_refuses_a_bad_spec_and_leaves_when_its_caller_does(
 
 async def test_the_driver_measures_through_the_host_side():
     events: list[str] = []
-    done: list[core.RequestRecord] = []
+    done: list[RequestRecord] = []
     async with exact_rate() as (server, url):
         box = Box(InProcess)
 
@@ -232,7 +237,7 @@ async def test_the_driver_measures_through_the_host_side():
     assert events == [f"started {os.getpid()}", f"begin after {WORKLOAD.warmup_requests} requests"]
     # the host helper runs the client, tied to the channel and the host's trial deadline
     assert box.argv[:2] == ["python3", "-c"] and box.argv[3:] == [
-        "run", "7200", "/opt/specperf/bin/python", "-m", "core._host_client_main"]
+        "run", "7200", "/opt/specperf/bin/python", "-m", "core._measure.host_client"]
     assert box.spawned[0].closed and await box.spawned[0].wait() == 0
     assert sample.valid and [r.index for r in sample.requests] == list(range(WORKLOAD.requests))
     assert sorted(r.index for r in done) == list(range(WORKLOAD.requests))
@@ -244,7 +249,7 @@ async def test_the_driver_measures_through_the_host_side():
 async def test_a_failed_warm_up_on_the_host_is_the_invalid_sample_error_of_a_local_one():
     async with exact_rate(truncate_at=4) as (_, url):
         with pytest.raises(core.InvalidSampleError) as local:
-            await core.run_workload(url, "m", WORKLOAD)
+            await run_workload(url, "m", WORKLOAD)
         with pytest.raises(core.InvalidSampleError) as remote:
             await run_on_host(Box(InProcess), url, "m", WORKLOAD)
     assert str(remote.value) == str(local.value)
@@ -267,7 +272,7 @@ DONE = json.dumps({"done": {"index": 0, "start_s": 1.0, "end_s": 2.0, "ttft_ms":
 
 
 @pytest.mark.parametrize(("lines", "status", "message"), [
-    ([HELLO, WARM, DONE], 137, r"(?s)benchmark client on host box \(/opt/specperf/bin/python -m core._host_client_main\) was "
+    ([HELLO, WARM, DONE], 137, r"(?s)benchmark client on host box \(/opt/specperf/bin/python -m core._measure.host_client\) was "
                                r"killed by SIGKILL \(status 137\) during the measured requests; its last output lines:\n"
                                r".*\"index\": 0.*its standard error ends:\nTraceback \(most recent call last\)"),
     ([HELLO, "Welcome to gpu-a!"], 0, r"printed 'Welcome to gpu-a!' where a line of warm was due \(it is stopped\)"),
@@ -294,9 +299,9 @@ async def test_a_host_without_client_python_is_a_config_error():
 # --- over the real loopback sshd --------------------------------------------------------------
 
 
-def host_client_host(sshd, tmp_path: Path, **extra) -> core.SshHost:
+def host_client_host(sshd, tmp_path: Path, **extra) -> SshHost:
     config = sshd.host_config(workdir=str(tmp_path / "remote"), client="host", client_python=sys.executable, **extra)
-    return core.open_host("loopback", config, tmp_path)
+    return open_host("loopback", config, tmp_path)
 
 
 def recorder(tmp_path: Path) -> tuple[list[str], Path]:
@@ -315,16 +320,16 @@ async def test_a_compare_with_the_client_on_the_host_reaches_a_verdict(sshd, tmp
     prefix, log = recorder(tmp_path)
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     async with host_client_host(sshd, tmp_path, exec_prefix=prefix) as host:
-        request = core.CompareRequest(
+        request = CompareRequest(
             engine_name="fake", engine=fake_engine(tmp_path / "repo", unused_tcp_port, ROOT), workload_name="w",
             workload=WORKLOAD, head_ref="slow", base_ref=None, modes=["baseline"],
             settings=core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, on_disturbed="keep"), host=host)
-        shas = await core.resolve_refs(request)
+        shas = await resolve_refs(request)
         store = storage.RunStore(db)
         run_id = store.create(request, *shas)
-        result = await core.compare(request, store, shas=shas)
+        result = await compare(request, store, shas=shas)
     assert result.status == "done", result.reason
-    assert result.verdicts["baseline"].verdict in (core.REGRESSION, core.INCONCLUSIVE)
+    assert result.verdicts["baseline"].verdict in (REGRESSION, INCONCLUSIVE)
     trials = [t for arm in result.trials["baseline"].values() for t in arm]
     assert len(trials) == 4
     pids = set()
@@ -338,8 +343,8 @@ async def test_a_compare_with_the_client_on_the_host_reaches_a_verdict(sshd, tmp
         assert by["pid"] not in {p["pid"] for p in trial.window["foreign_processes"]}, trial.window
     assert len(pids) == 4  # one client per trial
     # each started on the host, through the host's command path (the exec prefix), with client_python
-    started = [argv for argv in map(json.loads, log.read_text().splitlines()) if "core._host_client_main" in argv]
-    assert len(started) == 4 and all(argv[-3:] == [sys.executable, "-m", "core._host_client_main"] for argv in started)
+    started = [argv for argv in map(json.loads, log.read_text().splitlines()) if "core._measure.host_client" in argv]
+    assert len(started) == 4 and all(argv[-3:] == [sys.executable, "-m", "core._measure.host_client"] for argv in started)
     stored = storage.load_run(db, run_id)
     assert stored.run.settings["client"] == "on the host, beside the engine"
     assert all(t.status == "ok" and len(t.requests) == WORKLOAD.requests for t in stored.trials)
@@ -352,7 +357,7 @@ def client_processes() -> list:
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmdline = proc.info["cmdline"] or []
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and cmdline == [sys.executable, "-m", "core._host_client_main"]:
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and cmdline == [sys.executable, "-m", "core._measure.host_client"]:
             found.append(proc)
     return found
 
@@ -373,7 +378,7 @@ async def test_a_client_killed_on_the_host_mid_trial_is_one_clear_error_and_leav
     engine = exact_engine(unused_tcp_port)
     launched, killed = [], []
 
-    def kill_the_client(record: core.RequestRecord) -> None:
+    def kill_the_client(record: RequestRecord) -> None:
         if not killed:
             victims = client_processes()
             assert len(victims) == 1, victims
@@ -382,11 +387,11 @@ async def test_a_client_killed_on_the_host_mid_trial_is_one_clear_error_and_leav
 
     async with host_client_host(sshd, tmp_path) as host:
         with pytest.raises(core.HostError) as failed:
-            await core.measure("exact", engine, "baseline", "w", LONG, f"{host.workdir}/logs", host=host,
+            await measure("exact", engine, "baseline", "w", LONG, f"{host.workdir}/logs", host=host,
                                on_launch=launched.append, on_request_done=kill_the_client)
         message = str(failed.value)
         assert message.startswith(f"specperf's benchmark client on host loopback ({sys.executable} -m "
-                                  "core._host_client_main) was killed by SIGKILL (status 137) during the measured requests")
+                                  "core._measure.host_client) was killed by SIGKILL (status 137) during the measured requests")
         assert '"index"' in message  # its last output lines: the requests it had finished
         assert len(killed) == 1 and len(launched) == 1
         assert group_members(launched[0].pgid) == []  # the engine was stopped
@@ -397,13 +402,13 @@ async def test_a_client_killed_on_the_host_mid_trial_is_one_clear_error_and_leav
 async def test_a_connection_dropped_mid_trial_stops_the_client_on_the_host(sshd, tmp_path, unused_tcp_port):
     launched, dropped = [], []
 
-    def drop(record: core.RequestRecord) -> None:
+    def drop(record: RequestRecord) -> None:
         if not dropped:
             dropped.append(sshd.drop_connections())
 
     async with host_client_host(sshd, tmp_path) as host:
         with pytest.raises(core.HostError, match="connection to host loopback was lost"):
-            await core.measure("exact", exact_engine(unused_tcp_port), "baseline", "w", LONG, f"{host.workdir}/logs",
+            await measure("exact", exact_engine(unused_tcp_port), "baseline", "w", LONG, f"{host.workdir}/logs",
                                host=host, on_launch=launched.append, on_request_done=drop)
         assert dropped[0] >= 1
         # the helper saw its channel close and stopped the client; the supervisor, the engine

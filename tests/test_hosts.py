@@ -20,6 +20,12 @@ import pytest
 
 import core
 import storage
+from core._env.hygiene import clean_gpus, gpu_holders
+from core._errors import CommandTimeout
+from core._experiments.compare import CompareRequest, compare, resolve_refs
+from core._experiments.stats import INCONCLUSIVE, REGRESSION
+from core._hosts import Host, SshHost, open_host
+from core._measure.engines import adapter_for
 from tests.conftest import ROOT, SPECPERF, group_members, local_host
 from tests.fake_engine_repo import fake_engine, make_repo
 
@@ -27,8 +33,8 @@ WORKLOAD = core.WorkloadConfig(output_len=32, concurrency=2, requests=8, warmup_
 SETTINGS = core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, on_disturbed="keep")
 
 
-def ssh_host(sshd, tmp_path: Path, **extra) -> core.SshHost:
-    return core.open_host("loopback", sshd.host_config(workdir=str(tmp_path / "remote"), **extra), tmp_path)
+def ssh_host(sshd, tmp_path: Path, **extra) -> SshHost:
+    return open_host("loopback", sshd.host_config(workdir=str(tmp_path / "remote"), **extra), tmp_path)
 
 
 def processes_with(marker: str) -> list[psutil.Process]:
@@ -68,7 +74,7 @@ async def test_a_hanging_command_hits_its_timeout_and_its_group_is_gone(sshd, tm
         sleeper = "python3 -c 'import time; time.sleep(600)'"
         argv = ["sh", "-c", f"{sleeper} {marker}-child & exec {sleeper} {marker}"]
         started = time.monotonic()
-        with pytest.raises(core.CommandTimeout, match="did not finish within 2 s"):
+        with pytest.raises(CommandTimeout, match="did not finish within 2 s"):
             await host.run(argv, timeout_s=2)
         assert time.monotonic() - started < 15
     assert await wait_until(lambda: not processes_with(marker), 10), processes_with(marker)
@@ -79,13 +85,13 @@ async def test_a_changed_host_key_is_refused(sshd, tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
-    host = core.open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
+    host = open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
         update={"known_hosts": str(known)}), tmp_path)
     with pytest.raises(core.HostError, match="host key of 127.0.0.1:.* is not the one in .*known_hosts: it changed"):
         await host.run(["true"])
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    host = core.open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
+    host = open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
         update={"known_hosts": str(empty)}), tmp_path)
     with pytest.raises(core.HostError, match=r"has no key for 127.0.0.1:\d+ .*ssh-keyscan.*never skips the check"):
         await host.run(["true"])
@@ -93,7 +99,7 @@ async def test_a_changed_host_key_is_refused(sshd, tmp_path):
 
 async def test_a_key_file_that_is_no_key_is_one_clear_error(sshd, tmp_path):
     (tmp_path / "not_a_key").write_text("hello")
-    host = core.open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
+    host = open_host("loopback", sshd.host_config(workdir=str(tmp_path)).model_copy(
         update={"identity_file": str(tmp_path / "not_a_key")}), tmp_path)
     with pytest.raises(core.HostError, match=r"hosts.loopback.identity_file: cannot use .*not_a_key as an SSH private"):
         await host.run(["true"])
@@ -103,10 +109,10 @@ async def test_an_unreachable_host_is_one_clear_error(tmp_path):
     known = tmp_path / "known_hosts"
     config = core.HostConfig(ssh="127.0.0.1", port=1, connect_timeout_s=3, known_hosts=str(known))
     with pytest.raises(core.HostError, match=r"hosts.gone.known_hosts: .*known_hosts does not exist"):
-        await core.open_host("gone", config, tmp_path).run(["true"])
+        await open_host("gone", config, tmp_path).run(["true"])
     known.write_text("")
     with pytest.raises(core.HostError, match=r"cannot reach host gone \(127.0.0.1:1\): .*check the address"):
-        await core.open_host("gone", config, tmp_path).run(["true"])
+        await open_host("gone", config, tmp_path).run(["true"])
 
 
 def recorder(tmp_path: Path) -> tuple[list[str], Path]:
@@ -122,8 +128,8 @@ def recorder(tmp_path: Path) -> tuple[list[str], Path]:
     return [sys.executable, str(script), "--"], log
 
 
-def request_for(repo: Path, port: int, host: core.Host, head: str = "slow") -> core.CompareRequest:
-    return core.CompareRequest(
+def request_for(repo: Path, port: int, host: Host, head: str = "slow") -> CompareRequest:
+    return CompareRequest(
         engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
         head_ref=head, base_ref=None, modes=["baseline"], settings=SETTINGS, host=host)
 
@@ -134,15 +140,15 @@ async def test_a_compare_over_ssh_runs_every_command_through_the_exec_prefix(ssh
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     async with ssh_host(sshd, tmp_path, exec_prefix=prefix) as host:
         request = request_for(tmp_path / "repo", unused_tcp_port, host)
-        shas_run = await core.resolve_refs(request)
+        shas_run = await resolve_refs(request)
         store = storage.RunStore(db)
         run_id = store.create(request, *shas_run)
         async with host.lock({"by": "test"}):
-            result = await core.compare(request, store, shas=shas_run)
+            result = await compare(request, store, shas=shas_run)
         commands = host.commands_run
     assert result.status == "done", result.reason
     assert shas_run == (shas["noop"], shas["slow"])
-    assert result.verdicts["baseline"].verdict in (core.REGRESSION, core.INCONCLUSIVE)
+    assert result.verdicts["baseline"].verdict in (REGRESSION, INCONCLUSIVE)
     recorded = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(recorded) == commands  # every command specperf ran on the host went through the prefix
     words = {w for argv in recorded for w in argv}
@@ -180,10 +186,10 @@ async def test_a_connection_dropped_mid_trial_leaves_no_engine_and_a_failed_run(
         request.workload = long
         db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
         observer = _DropAfterLaunch(db, sshd)
-        shas = await core.resolve_refs(request)
+        shas = await resolve_refs(request)
         run_id = observer.create(request, *shas)
         started = time.monotonic()
-        result = await core.compare(request, observer, shas=shas)
+        result = await compare(request, observer, shas=shas)
         assert observer.dropped >= 1 and len(observer.pgids) == 1
         assert result.status == "failed"
         assert "connection to host loopback was lost" in result.reason
@@ -254,19 +260,19 @@ async def test_gpu_hygiene_refuses_foreign_holders_cleans_ours_and_force_cleans(
         foreign = hold_device(device)
         try:
             await asyncio.sleep(0.5)
-            holders = {h.pid: h for h in await core.gpu_holders(host)}
+            holders = {h.pid: h for h in await gpu_holders(host)}
             assert holders[ours.pid].kind == "ours" and holders[foreign.pid].kind == "foreign"
             with pytest.raises(core.HostBusyError) as refused:
-                await core.clean_gpus(host)
+                await clean_gpus(host)
             message = str(refused.value)
             assert f"pid {foreign.pid} (root)" in message and "time.sleep(600)" in message
             assert "--force-clean" in message and f"pid {ours.pid}" not in message
             assert foreign.poll() is None and ours.poll() is None  # refusing touches nothing
-            done = await core.clean_gpus(host, force_clean=True, grace_s=2)
+            done = await clean_gpus(host, force_clean=True, grace_s=2)
             assert any(f"leftover engine of specperf (process group {ours.pid})" in line for line in done)
             assert any(f"foreign GPU process (--force-clean): pid {foreign.pid}" in line for line in done)
             assert ours.wait(10) is not None and foreign.wait(10) is not None
-            assert await core.gpu_holders(host) == []
+            assert await gpu_holders(host) == []
         finally:
             for proc in (ours, foreign):
                 if proc.poll() is None:
@@ -281,7 +287,7 @@ async def test_nvml_processes_in_the_snapshot_are_holders_too(tmp_path):
         {"pid": 4_000_000, "memory_mib": 512, "user": None, "command": None}]}]}}
     try:
         async with local_host(tmp_path / "work") as host:
-            holders = {h.pid: h for h in await core.gpu_holders(host, snapshot)}
+            holders = {h.pid: h for h in await gpu_holders(host, snapshot)}
         assert holders[foreign.pid].kind == "foreign" and holders[foreign.pid].source == "nvml"
         assert "time.sleep(600)" in holders[foreign.pid].cmdline
         # a pid NVML sees but this namespace does not (another container): foreign, command unknown
@@ -301,12 +307,13 @@ async def test_specperf_compare_over_ssh_from_the_cli(sshd, tmp_path, unused_tcp
         f'[engines.fake]\nkind = "command"\nrepo = "{repo}"\nsource_dir = "src"\nsource_package = "fake_engine"\n'
         f'python = "{sys.executable}"\ncommand = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\n'
         f'port = {unused_tcp_port}\nstop_grace_s = 3\nenv = {{ PYTHONPATH = "{ROOT}" }}\n'
+        'args = ["--profile-dir-env", "FAKE_TRACE_DIR"]\nprofile_dir_env = "FAKE_TRACE_DIR"\n'
         '[engines.fake.modes]\nbaseline = []\n'
         '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\non_disturbed = "keep"\nmodes = ["baseline"]\n'
         '[workloads.default]\noutput_len = 32\nrequests = 8\nconcurrency = 2\nwarmup_requests = 1\n'
     )
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
-    out = subprocess.run([*SPECPERF, "--config", str(config), "compare", "slow", "--host", "box",
+    out = subprocess.run([*SPECPERF, "--config", str(config), "compare", "slow", "--host", "box", "--profile", "always",
                           "--json", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"host box (ssh root@127.0.0.1:{cfg.port}; the benchmark client runs here, through an SSH tunnel)" in out.stdout
@@ -315,6 +322,16 @@ async def test_specperf_compare_over_ssh_from_the_cli(sshd, tmp_path, unused_tcp
     assert (tmp_path / "remote/worktrees" / shas["slow"]).is_dir()  # worktrees live on the host
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/home/specperf.db"), report["run_id"])
     assert stored.run.host == "box" and stored.run.status == "done"
+    # the profile round on the SSH host: each arm's traces written there (its work folder) and
+    # copied here through the SSH channel, byte for byte, into the run's profile folder
+    profile = report["modes"]["baseline"]["profile"]
+    assert profile["status"] == "done", profile
+    for role in ("base", "head"):
+        (copied,) = profile[role]["traces"]
+        here = Path(copied)
+        assert here.is_relative_to(tmp_path / "home/profiles" / f"run-{report['run_id']}" / "baseline" / role)
+        (there,) = (tmp_path / "remote/profiles").glob(f"*-baseline-{role}/{here.name}")
+        assert here.read_bytes() == there.read_bytes() and here.stat().st_size > 0
 
 
 @pytest.fixture(scope="module")
@@ -333,19 +350,19 @@ def netns_sshd():
 async def test_a_second_host_in_its_own_network_namespace(netns_sshd, tmp_path, unused_tcp_port):
     make_repo(tmp_path / "repo")
     subprocess.run(["git", "-C", str(tmp_path / "repo"), "checkout", "-q", "base"], check=True)  # HEAD is broken
-    async with core.open_host("netns", netns_sshd.host_config(workdir=str(tmp_path / "remote")), tmp_path) as host:
+    async with open_host("netns", netns_sshd.host_config(workdir=str(tmp_path / "remote")), tmp_path) as host:
         engine = fake_engine(tmp_path / "repo", unused_tcp_port, ROOT)
-        argv = core.adapter_for(engine).launch_argv("baseline")
+        argv = adapter_for(engine).launch_argv("baseline")
         tree = f"{tmp_path}/repo"
         async with host.launch("fake", argv, {**engine.env, "PYTHONPATH": f"{tree}/src:{ROOT}"},
                                f"{host.workdir}/logs/x.log", tree, 3) as process, host.forward(unused_tcp_port) as url:
-            await core.adapter_for(engine).wait_ready(httpx.AsyncClient(base_url=url), 20,
+            await adapter_for(engine).wait_ready(httpx.AsyncClient(base_url=url), 20,
                                                       lambda: process.returncode, process.log_tail)
             # the engine listens on the namespace's loopback: reachable through the tunnel only
             assert await process.holds_port(unused_tcp_port) is True
             with pytest.raises(httpx.ConnectError):
                 httpx.get(f"http://127.0.0.1:{unused_tcp_port}/health", timeout=2)
-        result = await core.compare(request_for(tmp_path / "repo", unused_tcp_port, host))
+        result = await compare(request_for(tmp_path / "repo", unused_tcp_port, host))
     assert result.status == "done", result.reason
     assert len(result.trials["baseline"]["head"]) == 2
 

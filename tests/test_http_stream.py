@@ -1,4 +1,4 @@
-"""core/_http_stream.py against a real loopback server that answers with bytes chosen by the
+"""core/_measure/http_stream.py against a real loopback server that answers with bytes chosen by the
 test, written in pieces that end anywhere (inside a chunk-size line, inside a CRLF)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from core._http_stream import HTTPStreamError, StreamConnection
+from core._measure.http_stream import HTTPStreamError, StreamConnection
 
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 EVENTS = [b"data: one\n\n", b"data: two\n\n", b"data: " + b"x" * 300 + b"\n\n", b"data: [DONE]\n\n"]

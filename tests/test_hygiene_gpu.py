@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 import core
+from core._env.hygiene import clean_gpus, gpu_holders
+from core._env.probe import probe_cheap
+from core._hosts import LocalHost
 from tests.test_env_gpu import _REASON
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
@@ -42,30 +45,30 @@ def hold_gpu(mib: int, log: Path | None = None) -> subprocess.Popen:
 
 
 async def test_torch_holders_refuse_the_run_and_force_clean_stops_them(tmp_path):
-    host = core.LocalHost("local", core.HostConfig(), str(tmp_path / "work"))
+    host = LocalHost("local", core.HostConfig(), str(tmp_path / "work"))
     logs = tmp_path / "work/logs"
     logs.mkdir(parents=True)
     foreign = hold_gpu(1024)
     ours = hold_gpu(512, logs / "tiny-vllm-baseline-left-behind.log")
     try:
-        snapshot = core.probe_cheap()
+        snapshot = probe_cheap()
         nvml = {p["pid"]: p for d in snapshot["gpu"]["devices"] for p in d["processes"] or []}
-        holders = {h.pid: h for h in await core.gpu_holders(host, snapshot)}
+        holders = {h.pid: h for h in await gpu_holders(host, snapshot)}
         for holder in holders.values():
             print(f"holder: {holder.kind:8} {holder.source:6} {holder.line}  nvml: {nvml.get(holder.pid)}")
         assert holders[foreign.pid].kind == "foreign" and holders[foreign.pid].source == "device"
         assert holders[ours.pid].kind == "ours"
         assert foreign.pid in nvml and nvml[foreign.pid]["memory_mib"] >= 1024
         with pytest.raises(core.HostBusyError) as refused:
-            await core.clean_gpus(host, snapshot)
+            await clean_gpus(host, snapshot)
         print(f"refused: {refused.value}")
         assert f"pid {foreign.pid} (" in str(refused.value) and f"pid {ours.pid} (" not in str(refused.value)
         assert foreign.poll() is None and ours.poll() is None
-        done = await core.clean_gpus(host, snapshot, force_clean=True, grace_s=5)
+        done = await clean_gpus(host, snapshot, force_clean=True, grace_s=5)
         for line in done:
             print(f"done: {line}")
         assert foreign.wait(15) is not None and ours.wait(15) is not None
-        after = core.probe_cheap()
+        after = probe_cheap()
         left = [p["pid"] for d in after["gpu"]["devices"] for p in d["processes"] or []]
         print(f"NVML compute processes after: {left}")
         assert foreign.pid not in left and ours.pid not in left

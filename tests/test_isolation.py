@@ -1,6 +1,6 @@
 """specperf's code never leaks into a foreign interpreter: the probe runs in the engine's Python
 without specperf's folders on its ``sys.path``, and no module of ours is named like a
-standard-library module (issue 12: ``python core/_probe_script.py`` put ``core/`` first on
+standard-library module (issue 12: ``python core/_env/probe_script.py`` put ``core/`` first on
 the engine Python's path, where ``core/_bisect.py`` stood in for the standard ``_bisect``)."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import pytest
 import bot
 import core
 import storage
-from core import _probe
+from core._env import probe as _probe
+from core._env.probe import probe as run_probe
+from core._env.probe import probe_async
 from tests.conftest import ROOT
 
 
@@ -37,7 +39,7 @@ def _our_module_names() -> list[tuple[str, str]]:
 
 def test_no_module_of_ours_is_named_like_a_standard_library_module():
     names = _our_module_names()
-    assert ("_commit_bisect", "core._commit_bisect") in names and len(names) > 60  # the walk sees them all
+    assert ("bisection", "core._experiments.bisection") in names and len(names) > 60  # the walk sees them all
     clashes = sorted(dotted for last, dotted in names if last in sys.stdlib_module_names)
     assert clashes == [], f"named like standard-library modules (rename them): {clashes}"
 
@@ -60,9 +62,9 @@ def script_beside_a_shadowing_module(tmp_path, monkeypatch) -> Path:
 
 
 def test_the_probe_never_has_its_own_folder_on_sys_path(script_beside_a_shadowing_module, tmp_path):
-    snapshot = core.probe(sys.executable, import_torch=False, sample_s=0, cwd=str(tmp_path))
+    snapshot = run_probe(sys.executable, import_torch=False, sample_s=0, cwd=str(tmp_path))
     assert snapshot["kind"] == "full" and snapshot["software"]["python"]["executable"] == sys.executable
-    cheap = asyncio.run(core.probe_async(sys.executable, cheap=True, sample_s=0, cwd=str(tmp_path)))
+    cheap = asyncio.run(probe_async(sys.executable, cheap=True, sample_s=0, cwd=str(tmp_path)))
     assert cheap["kind"] == "cheap"
 
 
@@ -73,6 +75,6 @@ def test_the_probe_runs_in_a_python_that_can_import_specperf():
                             ".origin); print(sys.version)"],  # found, not imported (that costs 1.5 s of CPU)
                            capture_output=True, text=True, check=True).stdout.splitlines()
     assert Path(where[0]).resolve().parent == Path(core.__file__).resolve().parent
-    snapshot = core.probe(sys.executable, import_torch=False, sample_s=0)
+    snapshot = run_probe(sys.executable, import_torch=False, sample_s=0)
     assert snapshot["software"]["python"]["version"] == where[1].split()[0]
     assert snapshot["gpu"]["available"] in (True, False) and snapshot["system"]["cpu_count"] > 0

@@ -6,8 +6,8 @@ import httpx
 import pytest
 import uvloop
 
-from core import InvalidSampleError, RequestRecord, WorkloadConfig, run_workload
-from core._loadgen import _StreamParser
+from core import InvalidSampleError, WorkloadConfig
+from core._measure.client import RequestRecord, _StreamParser, run_workload
 from tests.exact_rate_server import truth_output_tok_s
 
 
@@ -210,7 +210,7 @@ async def test_a_stream_cut_without_done_or_finish_reason_is_still_truncated(exa
 
 
 def test_turns_go_abba_from_either_arm():
-    from core._loadgen import turn_order
+    from core._measure.client import turn_order
 
     assert turn_order(8, 0) == [0, 1, 1, 0, 0, 1, 1, 0]
     assert turn_order(6, 1) == [1, 0, 0, 1, 1, 0]
@@ -218,7 +218,7 @@ def test_turns_go_abba_from_either_arm():
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 async def test_two_servers_measured_in_turns_each_get_their_own_rate(exact_server, concurrency):
-    from core._loadgen import run_alternating
+    from core._measure.client import run_alternating
 
     fast, slow = exact_server("--ttft-ms", "5", "--itl-ms", "5"), exact_server("--ttft-ms", "5", "--itl-ms", "10")
     workload = WorkloadConfig(output_len=32, concurrency=concurrency, requests=4 * concurrency,

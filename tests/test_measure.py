@@ -13,16 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from core import (
-    ConfigError,
-    EngineConfig,
-    EngineError,
-    EngineExitedError,
-    EngineNotReadyError,
-    InvalidSampleError,
-    WorkloadConfig,
-    measure,
-)
+from core import ConfigError, EngineConfig, EngineError, InvalidSampleError, WorkloadConfig
+from core._errors import EngineExitedError, EngineNotReadyError
+from core._measure.trial import measure
 from tests.conftest import ROOT, SPECPERF, group_members
 
 WORKLOAD = WorkloadConfig(output_len=64, concurrency=2, requests=8, warmup_requests=1)

@@ -1,4 +1,4 @@
-"""The bot's scheduler (bot/_scheduler.py) with real git repositories, SQLite, the Slack
+"""The bot's scheduler (bot/_jobs/scheduler.py) with real git repositories, SQLite, the Slack
 emulator and the fast fake engine: watch ticks (called directly and fired by APScheduler),
 a missed tick coalesced after a restart, the scheduled summary posted with its chart, and
 one scheduler for two bot processes."""
@@ -10,6 +10,7 @@ import datetime as dt
 import itertools
 import json
 import os
+import re
 import signal
 import sqlite3
 import statistics
@@ -22,8 +23,8 @@ import core
 import storage
 from bot import load_config as load_bot_config
 from bot import parse_config as parse_bot_config
-from bot._jobs import JobQueue
-from bot._scheduler import (
+from bot._jobs.queue_workers import JobQueue
+from bot._jobs.scheduler import (
     BotScheduler,
     ScheduleContext,
     cron_trigger,
@@ -31,8 +32,9 @@ from bot._scheduler import (
     watch_id,
     watch_tick,
 )
-from bot._slack_client import web_client
-from bot._slack_notifier import SlackNotifier
+from bot._slack.client import web_client
+from bot._slack.notifier import SlackNotifier
+from core._experiments.compare import CompareRequest, compare, resolve_refs
 from tests.bot_support import wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, local_host
 from tests.fake_engine_repo import _git, fake_engine, linear_history, make_repo
@@ -299,14 +301,14 @@ def history(tmp_path_factory):
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         for base, head in itertools.pairwise([tag for tag, _, _ in commits]):
-            request = core.CompareRequest(
+            request = CompareRequest(
                 engine_name="fake", engine=fake_engine(tmp / "repo", port, ROOT), workload_name="default",
                 workload=WORKLOAD, head_ref=head, base_ref=base, modes=["baseline"], settings=SETTINGS,
                 host=local_host(tmp / "work"))
             store = storage.RunStore(db)
-            found = await core.resolve_refs(request)
+            found = await resolve_refs(request)
             store.create(request, *found)
-            assert (await core.compare(request, store, shas=found)).status == "done"
+            assert (await compare(request, store, shas=found)).status == "done"
 
     asyncio.run(measure())
     return tmp / "repo", shas, db_file
@@ -347,7 +349,11 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     ctx = ScheduleContext(config, db, JobQueue(config, db, notifier), notifier)
 
     summary = await summary_tick(ctx)
-    assert summary.headline.startswith("1 environment change in the last 7 days (4 commits measured, 1 series)")
+    # (the history is measured live, beside the whole suite: its newest commit may test as moved
+    # against its first, s0 and s3 being launched minutes apart under other load, and the
+    # headline then starts "1 short series moved, ..." as it should; seen once, 2026-12-04)
+    assert re.match(r"(1 short series moved, )?1 environment change in the last 7 days \(4 commits measured, "
+                    r"1 series\)", summary.headline), summary.headline
     (post,) = emulator.recorded("chat.postMessage")
     assert post.body["channel"] == "C_SUMMARY" and "thread_ts" not in post.body
     assert post.body["blocks"][0]["text"]["text"] == "specperf weekly regression summary"
@@ -387,7 +393,7 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
 @pytest.mark.e2e
 async def test_a_watch_job_runs_in_the_bot_and_reports_in_the_watch_channel(tmp_path, emulator, monkeypatch,
                                                                             unused_tcp_port):
-    from bot._slack_app import SlackBot
+    from bot._slack.app import SlackBot
 
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     repo = tmp_path / "engine-repo"

@@ -10,9 +10,11 @@ import sys
 import httpx
 import pytest
 
-from core import EngineConfig, WorkloadConfig, adapter_for, measure, parse_decode_line
-from core._loadgen import RequestRecord, Sample
-from core._sglang_log import window_figures
+from core import EngineConfig, WorkloadConfig
+from core._measure.client import RequestRecord, Sample
+from core._measure.engines import adapter_for
+from core._measure.sglang_log import parse_decode_line, window_figures
+from core._measure.trial import measure
 from tests.conftest import ROOT, group_members
 
 SHAPES = {

@@ -31,7 +31,10 @@ import pytest
 import core
 import storage
 from bot import load_config as load_bot_config
-from bot._slack_app import SlackBot
+from bot._slack.app import SlackBot
+from core._experiments.compare import CompareRequest
+from core._experiments.stats import NO_CHANGE, REGRESSION
+from core._hosts import LocalHost, SlurmHost, SlurmJob, SshHost, open_host
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
 from tests.fake_engine_repo import linear_history, make_repo
@@ -308,9 +311,9 @@ async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the
     assert [{s["head_sha"] for s in by_round[r]} for r in range(1, 4)] == [
         {shas["c5"]}, {shas["c2"], shas["c3"], shas["c4"]}, {shas["c4"]}]
     assert {s["head_sha"]: s["verdict"] for s in by_round[2]} == {  # the last compare of each commit decided
-        shas["c2"]: None, shas["c3"]: core.NO_CHANGE, shas["c4"]: core.REGRESSION}
+        shas["c2"]: None, shas["c3"]: NO_CHANGE, shas["c4"]: REGRESSION}
     assert "skipped" in next(s for s in by_round[2] if s["head_sha"] == shas["c2"])["outcome"]
-    assert by_round[3][-1]["base_sha"] == shas["c3"] and by_round[3][-1]["verdict"] == core.REGRESSION
+    assert by_round[3][-1]["base_sha"] == shas["c3"] and by_round[3][-1]["verdict"] == REGRESSION
 
     # each probe ran as a Slurm job of its own; one round's jobs overlapped, each on its own node
     runs = {s["number"]: storage.load_run(db, s["compare_run_id"]) for s in steps}
@@ -332,9 +335,9 @@ async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the
     assert spend["node_hours_sequential"] == pytest.approx(mean_h * 5)
     assert spend["line"] in out and "round" in out  # the terminal table shows each step's round and job
     # the default k: the partition's node count (4 here), at most 4
-    from bot import _slurm
+    from bot import _slurm_batch as _slurm
 
-    host = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+    host = open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
     assert await _slurm.bisect_parallel(host) == 4
 
 
@@ -457,7 +460,7 @@ def test_slurm_host_config_errors_name_the_fix():
                                'gres = "gpu:8"\naccount = "perf"\nsbatch_args = ["--reservation=r1"]\n')
     assert config.hosts["c"].slurm.sbatch_options() == [
         "--partition=gpu", "--gres=gpu:8", "--time=02:00:00", "--account=perf", "--exclusive", "--reservation=r1"]
-    assert isinstance(core.open_host("c", config.hosts["c"], Path("/tmp")), core.SlurmHost)
+    assert isinstance(open_host("c", config.hosts["c"], Path("/tmp")), SlurmHost)
 
 
 def test_a_slurm_host_may_reach_a_login_node_over_ssh_given_the_nodes_python(tmp_path):
@@ -475,20 +478,20 @@ def test_a_slurm_host_may_reach_a_login_node_over_ssh_given_the_nodes_python(tmp
     cfg = config.hosts["c"]
     assert (cfg.kind, cfg.ssh, cfg.port, cfg.jump, cfg.slurm.python) == (
         "slurm", "me@login", 2222, "me@bastion", "/shared/venv/bin/python")
-    host = core.open_host("c", cfg, tmp_path, "specperf.toml")
-    assert isinstance(host, core.SlurmHost) and isinstance(host.control, core.SshHost)  # nothing connected yet
+    host = open_host("c", cfg, tmp_path, "specperf.toml")
+    assert isinstance(host, SlurmHost) and isinstance(host.control, SshHost)  # nothing connected yet
     assert not host.is_local and host.where == "slurm gpu via ssh me@login:2222"
     assert host.control.source == "specperf.toml" and host.control.workdir == "/shared"
     node = host.on_node("node3")
-    assert isinstance(node.control, core.LocalHost) and node.is_local
+    assert isinstance(node.control, LocalHost) and node.is_local
     assert (node.where, node.workdir) == ("slurm gpu, node node3", "/shared/nodes/node3")
-    local = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
-    assert isinstance(local.control, core.LocalHost) and local.where == "slurm test"
+    local = open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+    assert isinstance(local.control, LocalHost) and local.where == "slurm test"
     with pytest.raises(core.ConfigError, match=r"hosts.c.slurm.python is required"):
-        core.open_host("c", cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={"python": None})}), tmp_path)
+        open_host("c", cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={"python": None})}), tmp_path)
     guide = (ROOT / "docs/slurm.md").read_text()
     example = next(b for b in guide.split("```toml")[1:] if "ssh = " in b).split("```")[0]
-    assert core.open_host("h200-pool", core.parse_config(example).hosts["h200-pool"], tmp_path).where == \
+    assert open_host("h200-pool", core.parse_config(example).hosts["h200-pool"], tmp_path).where == \
         "slurm h200 via ssh perf@login1.example:22"  # the guide's login-node example is a valid config
 
 
@@ -497,7 +500,7 @@ def test_an_unreachable_login_node_is_one_clear_error_and_leaves_no_run_running(
     line naming the host and the address, having recorded and written nothing; a submit whose
     run is already recorded when the login node cannot be reached marks that run failed with
     the same words (no run is left "running")."""
-    from bot import _slurm
+    from bot import _slurm_batch as _slurm
     from tests.conftest import free_port, specperf_in_process
 
     port, known = free_port(), tmp_path / "known_hosts"
@@ -516,8 +519,8 @@ def test_an_unreachable_login_node_is_one_clear_error_and_leaves_no_run_running(
 
     db = storage.open_database(db_url)
 
-    host = core.open_host("cluster", core.load_config(config).hosts["cluster"], tmp_path)
-    request = core.CompareRequest(engine_name="fake", engine=core.EngineConfig(kind="command", command=["x"]),
+    host = open_host("cluster", core.load_config(config).hosts["cluster"], tmp_path)
+    request = CompareRequest(engine_name="fake", engine=core.EngineConfig(kind="command", command=["x"]),
                                   workload_name="w", workload=core.WorkloadConfig(), head_ref="h", base_ref="b",
                                   modes=["baseline"], settings=core.CompareConfig(), host=host)
     with pytest.raises(core.HostError, match=r"cannot reach host cluster \(root@127.0.0.1:"):
@@ -533,8 +536,8 @@ async def test_a_job_specperf_did_not_submit_is_never_touched(slurm_cluster, tmp
     foreign = slurm_cluster.run("sbatch", "--parsable", "--hold", "--job-name=someone-else", "--comment=theirs",
                                 f"--output={tmp_path}/foreign.out", "--wrap", "sleep 60", check=True).stdout.strip()
     try:
-        host = core.open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
-        assert isinstance(host, core.SlurmHost)
+        host = open_host("cluster", core.parse_config(slurm_host(tmp_path)).hosts["cluster"], tmp_path)
+        assert isinstance(host, SlurmHost)
         job = await host.job(foreign)
         assert job is not None and job.state == "PENDING" and not job.ours
         assert foreign not in [j.job_id for j in await host.jobs()]
@@ -545,7 +548,7 @@ async def test_a_job_specperf_did_not_submit_is_never_touched(slurm_cluster, tmp
         slurm_cluster.run("scancel", foreign)
 
 
-class _SaidSlurm(core.SlurmHost):
+class _SaidSlurm(SlurmHost):
     """A Slurm host whose ``scontrol`` answers are given (``jobs``: job id -> SlurmJob or None):
     the rules of settling a run without a cluster."""
 
@@ -559,11 +562,11 @@ class _SaidSlurm(core.SlurmHost):
 
 
 async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_path):
-    from bot import _slurm
+    from bot import _slurm_batch as _slurm
 
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     host = _SaidSlurm({}, tmp_path)
-    request = core.CompareRequest(engine_name="e", engine=core.EngineConfig(kind="command", command=["x"]),
+    request = CompareRequest(engine_name="e", engine=core.EngineConfig(kind="command", command=["x"]),
                                   workload_name="w", workload=core.WorkloadConfig(), head_ref="h", base_ref="b",
                                   modes=["baseline"], settings=core.CompareConfig(), host=host)
 
@@ -574,7 +577,7 @@ async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_pat
         return run_id
 
     def job(job_id, state, reason=None):
-        return core.SlurmJob(job_id, f"specperf-run-{job_id}", f"specperf:run={job_id}", state, reason, "gpu-7")
+        return SlurmJob(job_id, f"specperf-run-{job_id}", f"specperf:run={job_id}", state, reason, "gpu-7")
 
     cases = {
         "running": (run("1"), job("1", "RUNNING")),  # still running: nothing to do
@@ -606,7 +609,7 @@ async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_pat
 
 
 def test_slurm_durations_and_which_jobs_a_restarted_bot_follows_again():
-    from bot import _slurm
+    from bot import _slurm_batch as _slurm
     from core._hosts.slurm import duration_s
 
     assert [duration_s(t) for t in ("1-02:03:04", "00:01:05", "02:05", "75", "", "None", "INVALID")] == [
@@ -617,9 +620,9 @@ def test_slurm_durations_and_which_jobs_a_restarted_bot_follows_again():
                            base_sha="b", head_ref="h", head_sha="h", modes=["baseline"],
                            settings={"slurm": {"job_id": job_id}})
 
-    ours = core.SlurmJob("12", "specperf-run-7", "specperf:run=7", "RUNNING", None, "node1")
+    ours = SlurmJob("12", "specperf-run-7", "specperf:run=7", "RUNNING", None, "node1")
     assert _slurm.adoptable(run(), ours) and _slurm.adoptable(run(), None)  # None: forgotten, settled as such
-    assert not _slurm.adoptable(run(), core.SlurmJob("12", "specperf-run-8", "specperf:run=8", "RUNNING", None, None))
-    assert not _slurm.adoptable(run(), core.SlurmJob("12", "theirs", "", "RUNNING", None, None))
+    assert not _slurm.adoptable(run(), SlurmJob("12", "specperf-run-8", "specperf:run=8", "RUNNING", None, None))
+    assert not _slurm.adoptable(run(), SlurmJob("12", "theirs", "", "RUNNING", None, None))
     assert not _slurm.adoptable(run(kind="bisect"), ours) and not _slurm.adoptable(run(job_id=None), ours)
     assert not _slurm.adoptable(None, ours)

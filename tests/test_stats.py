@@ -8,16 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core import (
-    IMPROVEMENT,
-    INCONCLUSIVE,
-    NO_CHANGE,
-    REGRESSION,
-    ArmTrial,
-    decide,
-    speedup,
-    speedup_change,
-)
+from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, ArmTrial, decide, speedup, speedup_change
 
 
 def arms(effect: float, noise: float, n: int = 4, seed: int = 1, acceptance=(None, None), tpot_ms=2.0):

@@ -8,6 +8,7 @@ from sqlalchemy import inspect, text
 
 import core
 import storage
+from core._experiments.compare import CompareRequest, compare, resolve_refs
 from tests.conftest import ROOT, local_host
 from tests.fake_engine_repo import fake_engine, make_repo
 
@@ -25,17 +26,18 @@ def test_migrations_create_the_schema_and_are_idempotent(db_url):
 async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_port):
     repo = tmp_path / "repo"
     make_repo(repo)
-    request = core.CompareRequest(
+    request = CompareRequest(
         engine_name="fake", engine=fake_engine(repo, unused_tcp_port, ROOT), workload_name="w",
         workload=core.WorkloadConfig(output_len=64, concurrency=2, requests=4, warmup_requests=1),
         head_ref="slow", base_ref=None, modes=["baseline"],
-        settings=core.CompareConfig(min_trials=4, max_trials=4, cooldown_s=0, on_disturbed="keep"), host=local_host(tmp_path / "work"),
+        settings=core.CompareConfig(min_trials=4, max_trials=4, cooldown_s=0, on_disturbed="keep", profile="always"),
+        host=local_host(tmp_path / "work"),
     )
     db = storage.open_database(db_url)
     store = storage.RunStore(db)
-    shas = await core.resolve_refs(request)
+    shas = await resolve_refs(request)
     run_id = store.create(request, *shas)
-    result = await core.compare(request, store, shas=shas)
+    result = await compare(request, store, shas=shas)
     stored = storage.load_run(db, run_id)
     assert stored.run.status == "done" and stored.run.finished_at is not None
     assert [t.seq for t in stored.trials] == list(range(1, 9))
@@ -46,10 +48,13 @@ async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_
     assert verdict.ci_low_pct == pytest.approx(result.verdicts["baseline"].ci_low_pct)
     assert stored.run.settings["workload"]["output_len"] == 64
     phases = [snap.phase for snap in stored.snapshots]
-    # the full snapshot per arm, then one window (what the monitor saw in the measured window) per trial
-    assert phases == ["arm-base", "arm-head"] + ["window"] * 8
-    assert all("cpu" in snap.data for snap in stored.snapshots[2:])
-    assert all(snap.trial_id is not None for snap in stored.snapshots[2:])
+    # the full snapshot per arm, one window (what the monitor saw in the measured window) per
+    # trial, then the profile round (profile = "always"): this engine has no profiler endpoint, said so
+    assert phases == ["arm-base", "arm-head"] + ["window"] * 8 + ["profile-baseline"]
+    assert all("cpu" in snap.data for snap in stored.snapshots[2:10])
+    assert all(snap.trial_id is not None for snap in stored.snapshots[2:10])
+    profile = stored.snapshots[10]
+    assert profile.trial_id is None and profile.data["status"] == "none", profile.data
     runs = storage.list_runs(db, "fake")
     assert runs[0][0].id == run_id
 

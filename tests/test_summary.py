@@ -10,8 +10,11 @@ import hashlib
 import numpy as np
 import pytest
 
-import core
-from bot._summary_blocks import summary_blocks
+from bot._slack.summary_blocks import summary_blocks
+from core._history.findings import FailedRun, PeriodRuns, failure_key
+from core._history.series import Series, SeriesPoint
+from core._history.series import env_changes as _env_changes
+from core._history.summary import build_summary, render_trend_chart
 
 NOW = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)
 
@@ -21,7 +24,7 @@ def _snapshot(nccl: str) -> dict:
             "software": {"nccl": {"version": nccl}, "packages": {"sglang": {"version": "0.5.1"}}}}
 
 
-def history(n: int = 24, at: int = 16, drop: float = 0.10, acceptance=(3.2, 2.0), env_at: int = 20) -> core.Series:
+def history(n: int = 24, at: int = 16, drop: float = 0.10, acceptance=(3.2, 2.0), env_at: int = 20) -> Series:
     """One point a day, ending at NOW; from ``at`` on tok/s x (1 - drop) and a lower
     acceptance length; NCCL changes at ``env_at``."""
     rng = np.random.default_rng(5)
@@ -32,19 +35,19 @@ def history(n: int = 24, at: int = 16, drop: float = 0.10, acceptance=(3.2, 2.0)
         when = NOW - dt.timedelta(days=n - 1 - i)
         env = _snapshot("2.28.9" if i >= env_at else "2.27.3")
         accs = list((acceptance[1] if i >= at else acceptance[0]) * np.exp(rng.normal(0, 0.01, 4)))
-        points.append(core.SeriesPoint(
+        points.append(SeriesPoint(
             sha=hashlib.sha1(f"c{i}".encode()).hexdigest(), refs=[f"c{i}"], output_tok_s=float(np.median(trials)),
             acceptance_length=float(np.median(accs)), trials_output_tok_s=trials, trials_acceptance_length=accs,
             run_ids=[i + 1],
             first_measured_at=when, last_measured_at=when, verdicts=[],
-            env=env, env_changes=core.env_changes(previous, env)))
+            env=env, env_changes=_env_changes(previous, env)))
         previous = env
-    return core.Series("sglang-k2", "h200-a", "eagle3", "decode-bs1", points, "first-parent")
+    return Series("sglang-k2", "h200-a", "eagle3", "decode-bs1", points, "first-parent")
 
 
 def test_summary_numbers():
     s = history()
-    summary = core.build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
+    summary = build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
     (entry,) = summary.series
     values = [p.output_tok_s for p in s.points]
     assert entry["latest"]["output_tok_s"] == values[-1]
@@ -71,7 +74,7 @@ def test_summary_numbers():
 
 def test_an_old_change_point_is_not_new_and_a_week_without_one_is_quiet():
     s = history(at=5, env_at=6)  # the step and the NCCL change both long before the period
-    summary = core.build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
+    summary = build_summary([s], since=NOW - dt.timedelta(days=7), now=NOW)
     (entry,) = summary.series
     assert [cp["new"] for cp in entry["change_points"]] == [False]
     assert summary.quiet
@@ -86,9 +89,9 @@ def test_series_not_measured_in_the_period_are_left_out_and_the_chart_is_drawn(t
     old = history()
     for p in old.points:
         p.last_measured_at -= dt.timedelta(days=60)
-    assert core.build_summary([old], since=NOW - dt.timedelta(days=7), now=NOW).series == []
-    summary = core.build_summary([history()], since=NOW - dt.timedelta(days=7), now=NOW)
-    path = core.render_trend_chart(summary, tmp_path / "trend.png")
+    assert build_summary([old], since=NOW - dt.timedelta(days=7), now=NOW).series == []
+    summary = build_summary([history()], since=NOW - dt.timedelta(days=7), now=NOW)
+    path = render_trend_chart(summary, tmp_path / "trend.png")
     assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 10_000
     blocks, text = summary_blocks(summary)
     assert blocks[0]["type"] == "header"
@@ -101,7 +104,7 @@ def test_series_not_measured_in_the_period_are_left_out_and_the_chart_is_drawn(t
 def test_since_takes_periods_and_iso_dates():
     import argparse
 
-    from bot._cmd_report import parse_since
+    from bot.cli.report import parse_since
 
     assert parse_since("7d", NOW) == NOW - dt.timedelta(days=7)
     assert parse_since("36h", NOW) == NOW - dt.timedelta(hours=36)
@@ -111,23 +114,23 @@ def test_since_takes_periods_and_iso_dates():
         parse_since("last week", NOW)
 
 
-def _short(n: int, at: int | None, drop: float = 0.10) -> core.Series:
+def _short(n: int, at: int | None, drop: float = 0.10) -> Series:
     """``n`` commits of 4 trials each (launch noise 1%), a step of ``drop`` from ``at``."""
     rng = np.random.default_rng(11)
     points = []
     for i in range(n):
         trials = list(100.0 * (1 - drop if at is not None and i >= at else 1.0) * np.exp(rng.normal(0, 0.01, 4)))
         when = NOW - dt.timedelta(hours=n - i)
-        points.append(core.SeriesPoint(
+        points.append(SeriesPoint(
             sha=hashlib.sha1(f"s{i}".encode()).hexdigest(), refs=[], output_tok_s=float(np.median(trials)),
             acceptance_length=None, trials_output_tok_s=trials, trials_acceptance_length=[], run_ids=[i + 1],
             first_measured_at=when, last_measured_at=when, verdicts=[]))
-    return core.Series("vllm", "local", "baseline", "default", points, "first-parent")
+    return Series("vllm", "local", "baseline", "default", points, "first-parent")
 
 
 def test_a_short_series_says_so_and_is_tested_on_its_trials():
     s = _short(6, at=3)
-    summary = core.build_summary([s], since=NOW - dt.timedelta(days=1), now=NOW)
+    summary = build_summary([s], since=NOW - dt.timedelta(days=1), now=NOW)
     (entry,) = summary.series
     short = entry["short_series"]
     assert short["reason"].startswith("6 points: too few for a change-point test (it needs 8)")
@@ -143,14 +146,14 @@ def test_a_short_series_says_so_and_is_tested_on_its_trials():
     buttons = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
     assert [b["value"] for b in buttons] == [f"{s.points[0].sha} {s.points[-1].sha} vllm baseline"]
 
-    flat = core.build_summary([_short(6, at=None)], since=NOW - dt.timedelta(days=1), now=NOW)
+    flat = build_summary([_short(6, at=None)], since=NOW - dt.timedelta(days=1), now=NOW)
     assert flat.quiet and not flat.series[0]["short_series"]["moved"]
     assert flat.headline.endswith("1 series too short for a change-point test (under 8 points); the trial test of "
                                   "the newest commit against the first found no REGRESSION or IMPROVEMENT.")
 
 
-def _failed(run_id: int, reason: str, hours: int) -> core.FailedRun:
-    return core.FailedRun(run_id, "compare", "vllm", "local", ["eagle3"], "a" * 40, "b" * 40, "main", reason,
+def _failed(run_id: int, reason: str, hours: int) -> FailedRun:
+    return FailedRun(run_id, "compare", "vllm", "local", ["eagle3"], "a" * 40, "b" * 40, "main", reason,
                           NOW - dt.timedelta(hours=hours))
 
 
@@ -159,7 +162,7 @@ def test_a_failed_line_gives_one_cause_once_with_its_real_numbers():
                  "tok/s would be wrong; check that the engine holds the length fixed")
     # as older specperf stored it: one sentence per truncated request
     old = "sample invalid: " + "; ".join(truncated.format(i=i) for i in (3, 7))
-    runs = core.PeriodRuns(failed=[_failed(9, old, 2), _failed(8, old.replace("12 of", "11 of"), 3)])
+    runs = PeriodRuns(failed=[_failed(9, old, 2), _failed(8, old.replace("12 of", "11 of"), 3)])
     (group,) = runs.failure_groups()
     assert group.reason.count("returned") == 1 and "request N returned N of N tokens" in group.reason
     line = group.line()
@@ -169,12 +172,12 @@ def test_a_failed_line_gives_one_cause_once_with_its_real_numbers():
 
 
 def test_failed_runs_are_grouped_by_reason_and_a_failure_is_not_quiet():
-    runs = core.PeriodRuns(failed=[
+    runs = PeriodRuns(failed=[
         _failed(3, "engine exited with status 1 before it was ready (pid 4242)\nlog tail ...", 5),
         _failed(4, "worktree for 0123456789abcdef0123456789abcdef01234567 at /data/w/x failed", 4),
         _failed(7, "engine exited with status 1 before it was ready (pid 5151)", 1),
     ])
-    assert core.failure_key(runs.failed[1].reason) == "worktree for <sha> at <path> failed"
+    assert failure_key(runs.failed[1].reason) == "worktree for <sha> at <path> failed"
     groups = runs.failure_groups()
     assert [(g.reason, [r.run_id for r in g.runs]) for g in groups] == [
         ("engine exited with status N before it was ready (pid N)", [7, 3]),
@@ -183,7 +186,7 @@ def test_failed_runs_are_grouped_by_reason_and_a_failure_is_not_quiet():
     assert groups[0].line().startswith("FAILED (2 runs): engine exited with status 1 before it was ready (pid 5151) "
                                        "(run 7; the others differ only in numbers, SHAs or paths): "
                                        f"run 7 (compare vllm eagle3 {'b' * 10})")
-    summary = core.build_summary([], since=NOW - dt.timedelta(days=1), now=NOW, runs=runs)
+    summary = build_summary([], since=NOW - dt.timedelta(days=1), now=NOW, runs=runs)
     assert not summary.quiet
     assert summary.headline == "3 failed runs (2 reasons) in the last 1 day (0 commits measured, 0 series)."
     assert [f["reason"] for f in summary.to_dict()["runs"]["failures"]] == [g.reason for g in groups]

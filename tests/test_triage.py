@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import core
+from core._config.triage_rules import TriageConfig
+from core._triage.rank import triage as _triage
 from core.testing import FakeHost
 from tests.conftest import ROOT, specperf_in_process
 from tests.fake_engine_repo import _git
@@ -199,14 +201,14 @@ def engine(repo: Path, model: str, args=(), env=None) -> core.EngineConfig:
 
 
 def triage(repo: Path, *args) -> core.TriageReport:
-    """core.triage on this machine's copy of ``repo``, through the fake host: git runs directly,
+    """core._triage.rank.triage on this machine's copy of ``repo``, through the fake host: git runs directly,
     without the local host's helper process per command (an interpreter start-up each, 54 in a
     triage of COMMITS); test_triage_command_prints_the_ranked_table goes through the local host."""
-    return asyncio.run(core.triage(FakeHost(repo.parent / "work", itl_ms=lambda launch: None), str(repo), *args))
+    return asyncio.run(_triage(FakeHost(repo.parent / "work", itl_ms=lambda launch: None), str(repo), *args))
 
 
 def run_triage(repo, model, args=(), env=None) -> dict[str, core.TriageEntry]:
-    rules = core.TriageConfig().rules_for("k2", "sglang")
+    rules = TriageConfig().rules_for("k2", "sglang")
     report = triage(repo[0], "good", "qwen", engine(repo[0], model, args, env), rules)
     return {tag: report.entry(sha) for tag, sha in repo[1].items() if tag != "good"}
 
@@ -302,7 +304,7 @@ def test_vllm_layout_enforce_eager_and_requirements(tmp_path, llama):
     shas["numba"] = commit(path, "numba", "bump numba", {"requirements/cuda.txt": "torch==2.8.0\nnumba==0.62\n"})
     shas["torch"] = commit(path, "torch", "bump torch", {"requirements/cuda.txt": "torch==2.9.0\nnumba==0.62\n"})
     shas["exec"] = commit(path, "exec", "execute: sync", {runner: MODEL_RUNNER.format(sizes="[1, 2, 4]", extra=".sync()")})
-    rules = core.TriageConfig().rules_for("tiny", "vllm")
+    rules = TriageConfig().rules_for("tiny", "vllm")
     for args, inert in (([], False), (["--enforce-eager"], True)):
         eng = core.EngineConfig(kind="vllm", repo=str(path), model=llama, args=args)
         report = triage(path, "good", "exec", eng, rules)
@@ -319,7 +321,7 @@ def test_triage_rules_are_strict_config_that_extends_the_defaults():
     config = core.parse_config('[triage.rules.sglang]\nareas = [{ name = "ours", paths = ["src/**"], weight = 90 }]\n'
                                '[triage.rules.k2]\ndependency_packages = ["torch"]\n')
     sglang = config.triage.rules_for("any", "sglang")
-    assert [a.name for a in sglang.areas] == ["ours"] and sglang.gates == core.TriageConfig().rules["sglang"].gates
+    assert [a.name for a in sglang.areas] == ["ours"] and sglang.gates == TriageConfig().rules["sglang"].gates
     assert config.triage.rules_for("k2", "sglang").dependency_packages == ["torch"]
     assert len(config.triage.rules_for("x", "command").areas) > len(sglang.areas)  # both layouts
     for bad in ('[triage]\nrule = {}\n', '[triage.rules.sglang]\nareas = [{ name = "a", paths = [], weight = 101 }]\n',
@@ -330,7 +332,7 @@ def test_triage_rules_are_strict_config_that_extends_the_defaults():
 
 def test_bad_ranges_are_one_line_errors(sglang_repo, llama):
     path, _ = sglang_repo
-    rules = core.TriageConfig().rules_for("k2", "sglang")
+    rules = TriageConfig().rules_for("k2", "sglang")
     eng = engine(path, llama)
     for good, bad, message in [("good", "no-such-ref", "names no commit"), ("qwen", "good", "is not an ancestor"),
                                ("torch", "torch", "range is empty"), ("good; rm -rf /", "qwen", "is not a git ref")]:
@@ -353,8 +355,8 @@ def test_good_merged_from_a_side_branch_is_refused(tmp_path, llama):
     _git(path, "checkout", "-q", "main")
     _git(path, "merge", "-q", "--no-ff", "-m", "merge side", "side")
     with pytest.raises(core.GitError, match="not on the first-parent line"):
-        triage(path, "side", "main", engine(path, llama), core.TriageConfig().rules_for("k2", "sglang"))
-    report = triage(path, "main~1", "main", engine(path, llama), core.TriageConfig().rules_for("k2", "sglang"))
+        triage(path, "side", "main", engine(path, llama), TriageConfig().rules_for("k2", "sglang"))
+    report = triage(path, "main~1", "main", engine(path, llama), TriageConfig().rules_for("k2", "sglang"))
     assert [e.subject for e in report.entries] == ["merge side"]  # the merge, against its first parent
 
 
@@ -374,3 +376,19 @@ def test_triage_command_prints_the_ranked_table(sglang_repo, llama, tmp_path):
                                                                   shas["specv2"], shas["qwen"]}
     bad = specperf_in_process(["--config", config, "triage", "qwen", "good"], cwd=ROOT)
     assert bad.returncode == 2 and "is not an ancestor" in bad.stderr
+
+
+def test_the_ops_a_profile_names_rank_commits_in_their_area_up(sglang_repo, llama, llama_entries):
+    """Issue 27 item 4: a profile round that names communication ops lifts the live all-reduce
+    commit above the scheduler's and says why; the inert one stays inert; without categories
+    nothing moves."""
+    rules = TriageConfig().rules_for("k2", "sglang")
+    report = triage(sglang_repo[0], "good", "qwen", engine(sglang_repo[0], llama), rules, None, ["communication"])
+    entries = {tag: report.entry(sha) for tag, sha in sglang_repo[1].items() if tag != "good"}
+    new, old = entries["ar-new"], entries["ar-old"]
+    assert new.profiled == ["communication"] and new.score == llama_entries["ar-new"].score + 25
+    assert "the profile names communication ops" in new.note() and new.to_dict()["profiled"] == ["communication"]
+    assert new.rank <= llama_entries["ar-new"].rank and new.rank < entries["default"].rank
+    assert old.inert and old.profiled == [] and old.score == 0
+    assert entries["sched"].profiled == [] and entries["sched"].score == llama_entries["sched"].score
+    assert all(e.profiled == [] for e in llama_entries.values())

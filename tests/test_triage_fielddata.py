@@ -7,10 +7,13 @@ from __future__ import annotations
 import pytest
 
 import core
-from core._triage import _Hunk, declared_default, dependency_changes, gate_state
+from core._config.triage_rules import TriageConfig, TriageDefault, TriageGate
+from core._triage.diff import Hunk as _Hunk
+from core._triage.gates import declared_default, gate_state
+from core._triage.pins import dependency_changes
 from tests.test_triage import commit, engine, model_dir, triage
 
-WATCHED = core.TriageConfig().rules_for("sglang", "sglang").dependency_packages
+WATCHED = TriageConfig().rules_for("sglang", "sglang").dependency_packages
 
 
 def changes(removed: list[str], added: list[str]) -> list[str]:
@@ -70,7 +73,7 @@ def test_nccl_pin_in_the_dockerfile_ranks_first(tmp_path):
     shas["attn"] = commit(repo, "attn", "attention: a field", {
         "python/sglang/srt/layers/attention/flashinfer_backend.py": "class Backend:\n    tiles = 2\n"})
     model = model_dir(tmp_path / "models", "llama", "LlamaForCausalLM", "llama")
-    report = triage(repo, "good", "attn", engine(repo, model), core.TriageConfig().rules_for("sglang", "sglang"))
+    report = triage(repo, "good", "attn", engine(repo, model), TriageConfig().rules_for("sglang", "sglang"))
     first = report.entries[0]
     assert first.sha == shas["nccl"] and first.areas == ["dependency pins"]
     assert first.dependencies == ["nvidia-nccl-cu12 ==2.26.2 -> ==2.27.3"]
@@ -94,7 +97,7 @@ def sglang_triage(tmp_path, steps: list[tuple[str, dict[str, str]]], env=None) -
     shas = {tag: commit(repo, tag, tag, files) for tag, files in steps}
     model = model_dir(tmp_path / "models", "llama", "LlamaForCausalLM", "llama")
     report = triage(repo, steps[0][0], steps[-1][0], engine(repo, model, env=env),
-                    core.TriageConfig().rules_for("sglang", "sglang"))
+                    TriageConfig().rules_for("sglang", "sglang"))
     return {tag: report.entry(sha) for tag, sha in shas.items() if tag != steps[0][0]}
 
 
@@ -146,9 +149,9 @@ def test_a_commit_that_flips_a_declared_default_is_named(tmp_path):
     ('get_bool_env_var("VLLM_USE_CUSTOM_AR", "false")\n', False, "VLLM_USE_CUSTOM_AR = False"),
 ])
 def test_declared_default_shapes(source, on, what):
-    gate = core.TriageGate(name="custom all-reduce", markers=["use_custom_allreduce"], env=["VLLM_USE_CUSTOM_AR"],
+    gate = TriageGate(name="custom all-reduce", markers=["use_custom_allreduce"], env=["VLLM_USE_CUSTOM_AR"],
                            inverse_markers=["disable_custom_all_reduce"],
-                           default=core.TriageDefault(path="vllm/config/parallel.py"))
+                           default=TriageDefault(path="vllm/config/parallel.py"))
     assert declared_default(gate, source) == (on, what)
     state = gate_state(gate, [], {}, source)
     assert state.on is on and f"by default at this commit (parallel.py: {what})" in state.why

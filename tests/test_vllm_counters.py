@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from core import NOT_DERIVED, ArmTrial, CompareConfig, verdict_for
-from core._engines import num_speculative_tokens, vllm_acceptance
+from core import CompareConfig
+from core._experiments.compare import verdict_for
+from core._experiments.stats import ArmTrial
+from core._measure.engines import NOT_DERIVED, num_speculative_tokens, vllm_acceptance
 
 EAGLE3 = ["--speculative-config", '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}']
 

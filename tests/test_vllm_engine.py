@@ -15,7 +15,8 @@ import signal
 import psutil
 import pytest
 
-from core import EngineError, InvalidSampleError, WorkloadConfig, measure
+from core import EngineError, InvalidSampleError, WorkloadConfig
+from core._measure.trial import measure
 from tests.conftest import default_config, free_port, group_members
 
 pytestmark = pytest.mark.engine

@@ -10,7 +10,7 @@ A small package: :mod:`~core._hosts.base` (the interface, command results, engin
 submitted from here, or through a login node over SSH, the engine local on the node; it
 composes a local or SSH host, its ``control``) and :mod:`~core._hosts.ssh` (asyncssh: one reused
 connection, checked host keys, commands tied to the channel by the helper
-:mod:`core._host_agent`). Only ``core`` imports it; front ends use ``core.open_host``.
+:mod:`core._hosts.agent`). Only ``core`` imports it; front ends use ``core._hosts.open_host``.
 """
 
 from __future__ import annotations

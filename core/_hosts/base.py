@@ -17,9 +17,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import _host_agent
 from core._config import HostConfig
 from core._errors import CommandTimeout, HostBusyError, HostError
+from core._hosts import agent as _host_agent
 
 AGENT_SOURCE = Path(_host_agent.__file__).read_text()
 
@@ -109,7 +109,7 @@ class StderrTail:
 
 class Host(ABC):
     """A machine that runs engines; see the module docstring. Use as ``async with``.
-    ``source``: the config file it was read from (set by :func:`core.open_host`)."""
+    ``source``: the config file it was read from (set by :func:`core._hosts.open_host`)."""
 
     source = "the config file"
 
@@ -193,7 +193,7 @@ class Host(ABC):
         return CommandResult(argv, status, stdout.decode(errors="replace"), err)
 
     async def agent(self, *args: str, input: bytes | None = None, timeout_s: float = 60.0) -> CommandResult:
-        """Run one mode of :mod:`core._host_agent` on the host with its ``python``.
+        """Run one mode of :mod:`core._hosts.agent` on the host with its ``python``.
 
         Raises:
             HostError: the helper failed (with its error output).

@@ -1,5 +1,5 @@
 """The local host: the machine specperf runs on; commands run under the helper
-(:mod:`core._host_agent`) as child processes, engines in their own session."""
+(:mod:`core._hosts.agent`) as child processes, engines in their own session."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from core import _host_agent
 from core._errors import HostError
+from core._hosts import agent as _host_agent
 from core._hosts.base import AGENT_SOURCE, CommandResult, EngineHandle, Host, Spawned, StderrTail
-from core._process import EngineProcess, launched
+from core._hosts.process import EngineProcess, launched
 
 
 class _LocalEngine(EngineHandle):

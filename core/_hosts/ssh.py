@@ -9,7 +9,7 @@ an exec prefix. Every command is an argv whose words (exec prefix first) are joi
   that says so); key or agent authentication; a jump host through asyncssh's ``tunnel``;
 - a command's timeout is enforced on the host by coreutils ``timeout``, which stops the
   command's whole process group (asyncssh's own timeout would leave it running);
-- an engine runs under a supervisor (:mod:`core._host_agent`) tied to the SSH channel: when
+- an engine runs under a supervisor (:mod:`core._hosts.agent`) tied to the SSH channel: when
   the channel closes (the connection dropped, specperf died) the supervisor stops the engine's
   group, and ``timeout`` kills it at the host's ``trial_deadline_s`` whatever happens.
 """

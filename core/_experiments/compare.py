@@ -1,0 +1,454 @@
+"""Revert-and-measure: a commit against its base, interleaved launches, a verdict per mode.
+
+For each round and each mode still undecided, four launches in ABBA order (base, commit,
+commit, base), on the same host and port, with a cool-down between launches; or, with
+``[compare] pairing = "concurrent"``, two paired launches of both arms at once, measured in
+turns (core._measure.trial.measure_pair), base first in one and the commit first in the other. After each
+round the verdict of each mode is recomputed (core._experiments.stats); a mode stops getting rounds once
+it has ``min_trials`` launches per arm and a verdict other than INCONCLUSIVE, or at
+``max_trials`` launches per arm, or when the time budget is spent.
+
+A launch that fails (no build, no start, never ready, died, truncated output) ends the run
+as FAILED with the reason and the engine's log tail: no verdict is made from a partial run.
+
+The environment is probed (core._env.probe) with each commit's engine interpreter and settings,
+in full once per arm before the first launch (a difference between the arms is reported: in
+build mode it names the package whose version differs). During each launch's measured
+requests the window monitor (core._env.window) records what else ran on the host and its GPUs;
+each trial is judged disturbed or not (core._env.disturbance, ``[compare.disturbance]``) and
+``on_disturbed`` decides: ``remeasure`` (default) leaves the disturbed trial's pair out of the
+statistics and measures another ABBA round, up to ``max_remeasured_pairs`` pairs per mode;
+``keep`` keeps it and names it; ``fail`` ends the run as FAILED. Disturbed trials are always
+stored and shown. A monitor that fails is reported, never fatal.
+
+Everything runs on the request's host (core._hosts): worktrees, builds, the probe, the engine;
+before the first launch the host's GPUs are cleared of leftover engines of ours, and a
+foreign GPU process makes the run fail with its pid, user and command unless
+``force_clean`` (core._env.hygiene).
+Ctrl-C (cancellation) stops the engine's process group and ends the run as interrupted.
+
+After the verdicts, a profile round (core._experiments.profiling, ``[compare] profile``)
+launches each arm of a changed mode once more with the engine's torch profiler on and names
+the ops whose time per step moved; it never changes a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import functools
+import time
+from dataclasses import dataclass, field
+
+from core import _git
+from core._config import CompareConfig, EngineConfig, WorkloadConfig
+from core._env.disturbance import Disturbance, judge_trials, judge_window
+from core._env.fingerprint import diff_snapshots
+from core._env.hygiene import clean_gpus
+from core._env.probe import ProbeError, probe_async
+from core._errors import EngineError, HostBusyError, SpecperfError, without_log_tail
+from core._experiments.profiling import INTERRUPTED, profile_mode, wanted
+from core._experiments.report import launch_rows
+from core._experiments.stats import INCONCLUSIVE, ArmTrial, Verdict, decide
+from core._hosts import EngineHandle, Host
+from core._measure.trial import TrialResult, measure, measure_pair
+from core._measure.worktree_engine import build_commit, check_import, engine_for_commit
+
+ABBA = ("base", "head", "head", "base")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One (commit SHA, mode) pair; ``role`` is ``base`` or ``head`` (the commit under test)."""
+
+    role: str
+    sha: str
+    mode: str
+
+
+@dataclass
+class CompareRequest:
+    """What to compare: ``head_ref`` against ``base_ref`` (``None``: its first parent), on
+    ``host`` (worktrees, builds and logs under its work directory). ``force_clean``: stop
+    foreign processes holding the host's GPUs instead of refusing (core._env.hygiene). The caller
+    holds the host's lock (:meth:`core._hosts.Host.lock`) for the whole experiment."""
+
+    engine_name: str
+    engine: EngineConfig
+    workload_name: str
+    workload: WorkloadConfig
+    head_ref: str
+    base_ref: str | None
+    modes: list[str]
+    settings: CompareConfig
+    host: Host
+    force_clean: bool = False
+    profile_dir: str | None = None
+
+
+class RunStatus(enum.StrEnum):
+    """Where a compare stands: ``running``, then ``done``, ``failed``, ``refused`` (the host was
+    busy: foreign processes on its GPUs; a host error, nothing launched) or ``interrupted``;
+    equal to (and stored as) its text."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    REFUSED = "refused"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass
+class CompareResult:
+    """The outcome. ``status``: done, failed, refused (the host was busy: foreign processes on
+    its GPUs; nothing was launched) or interrupted; ``trials[mode][role]`` in pair order,
+    ``seqs[mode][role]`` their launch numbers, ``windows[seq]`` what the window monitor
+    saw, ``disturbed[seq]`` the judgement of each disturbed trial, ``left_out[mode]`` the pair
+    indexes left out of the statistics (``on_disturbed = "remeasure"``), ``profiles[mode]``
+    the profile round's document of each profiled mode (core._experiments.profiling)."""
+
+    status: RunStatus
+    base_sha: str
+    head_sha: str
+    trials: dict[str, dict[str, list[TrialResult]]] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    imported: dict[str, dict | None] = field(default_factory=dict)
+    arm_env_diff: list[str] = field(default_factory=list)
+    seqs: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    windows: dict[int, dict | None] = field(default_factory=dict)
+    disturbed: dict[int, Disturbance] = field(default_factory=dict)
+    left_out: dict[str, list[int]] = field(default_factory=dict)
+    profiles: dict[str, dict] = field(default_factory=dict)
+    reason: str | None = None
+    log_tail: str | None = None
+
+    def launches(self) -> list[dict]:
+        """Every launch in order with its disturbance (:func:`core._experiments.report.launch_rows`)."""
+        tok_s = {seq: trial.sample.output_tok_s for mode, by_role in self.trials.items()
+                 for role, arm in by_role.items() for seq, trial in zip(self.seqs[mode][role], arm)}
+        return launch_rows(self.seqs, tok_s, self.disturbed, self.left_out, self.windows)
+
+
+class CompareObserver:
+    """Hooks a front end or store implements; every method is optional (no-op here)."""
+
+    def started(self, base_sha: str, head_sha: str) -> None: ...
+    def progress(self, message: str) -> None: ...
+    def trial_launched(self, arm: Arm, seq: int, process: EngineHandle) -> None: ...
+    def trial_finished(self, arm: Arm, seq: int, trial: TrialResult) -> None: ...
+    def trial_failed(self, arm: Arm, seq: int, error: str) -> None: ...
+    def profile_launched(self, mode: str, role: str, process: EngineHandle) -> None: ...
+    def verdicts_updated(self, verdicts: dict[str, Verdict]) -> None: ...
+    def snapshot(self, phase: str, data: dict, seq: int | None) -> None: ...
+    def finished(self, result: CompareResult) -> None: ...
+
+
+def arm_trial(trial: TrialResult) -> ArmTrial:
+    """The figures of a trial that the statistics use."""
+    tpot = trial.sample.tpot_ms
+    return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
+                    trial.engine.acceptance_missing)
+
+
+def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> Verdict:
+    """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
+    launch order (pairs = the shorter arm's count). When the engine could not give acceptance
+    length, the reason names the missing counter."""
+    n = min(len(trials["base"]), len(trials["head"]))
+    verdict = decide(trials["base"][:n], trials["head"][:n],
+                     margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
+                      if t.acceptance_missing})
+    if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
+        verdict = dataclasses.replace(
+            verdict, reason=f"{verdict.reason}; acceptance length not derived: {'; '.join(missing)}")
+    return verdict
+
+
+def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
+    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`, without
+    the pairs left out as disturbed."""
+    return {mode: kept({role: [arm_trial(t) for t in trials] for role, trials in by_role.items()},
+                       result.left_out.get(mode, []))
+            for mode, by_role in result.trials.items()}
+
+
+def kept(trials: dict[str, list], left_out: list[int]) -> dict[str, list]:
+    """``trials[role]`` without the pairs whose index is in ``left_out``."""
+    drop = set(left_out)
+    return {role: [t for i, t in enumerate(arm) if i not in drop] for role, arm in trials.items()}
+
+
+def judge_compare(seqs: dict[str, dict[str, list[int]]], windows: dict[int, dict | None],
+                  settings: CompareConfig) -> tuple[dict[int, Disturbance], dict[str, list[int]]]:
+    """The disturbed trials of a compare and, per mode, the pair indexes left out of the
+    statistics: under ``on_disturbed = "remeasure"`` the first ``max_remeasured_pairs``
+    pairs (of a mode) with a disturbed trial; none otherwise.
+
+    Args:
+        seqs: ``[mode][role]`` launch numbers in pair order.
+        windows: ``{launch number: window document}``.
+    """
+    disturbed: dict[int, Disturbance] = {}
+    left_out: dict[str, list[int]] = {}
+    for mode, by_role in seqs.items():
+        mode_seqs = [seq for arm in by_role.values() for seq in arm]
+        disturbed.update(judge_trials({seq: windows.get(seq) for seq in mode_seqs}, settings.disturbance))
+        left_out[mode] = []
+        if settings.on_disturbed != "remeasure":
+            continue
+        for i, pair in enumerate(zip(by_role.get("base", []), by_role.get("head", []))):
+            if any(seq in disturbed for seq in pair) and len(left_out[mode]) < settings.max_remeasured_pairs:
+                left_out[mode].append(i)
+    return disturbed, left_out
+
+
+async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
+    """(base SHA, head SHA) in the engine's repo on the request's host; refs are validated
+    and resolved before anything runs.
+
+    Raises:
+        GitError: no repo configured, a bad ref, or a root commit without ``base_ref``.
+        HostError: the host cannot be reached.
+    """
+    repo = request.engine.repo
+    if not repo:
+        raise _git.GitError(f"engine {request.engine_name!r} has no repo; set engines.{request.engine_name}.repo")
+    host = request.host
+    head = await _git.resolve_commit(host, repo, request.head_ref)
+    base = (await _git.resolve_commit(host, repo, request.base_ref) if request.base_ref
+            else await _git.first_parent(host, repo, head))
+    return base, head
+
+
+async def compare(request: CompareRequest, observer: CompareObserver | None = None,
+                  shas: tuple[str, str] | None = None) -> CompareResult:
+    """Run the experiment described by ``request``; see the module docstring.
+
+    ``shas`` (base, head) skips resolution when the caller already resolved the refs.
+    Returns a result with status ``done``, ``failed`` or ``refused``; on cancellation (Ctrl-C) the
+    observer's ``finished`` gets status ``interrupted`` and the cancellation propagates, except in
+    the profile round after the verdicts: then ``finished`` gets the run ``done`` with its
+    verdicts (the interrupted mode's profile says so) before the cancellation propagates.
+
+    Raises:
+        GitError: a ref is bad (before anything is launched).
+    """
+    obs = observer or CompareObserver()
+    base_sha, head_sha = shas or await resolve_refs(request)
+    result = CompareResult(RunStatus.RUNNING, base_sha, head_sha,
+                           trials={m: {"base": [], "head": []} for m in request.modes},
+                           seqs={m: {"base": [], "head": []} for m in request.modes})
+    obs.started(base_sha, head_sha)
+    try:
+        engines, full = await _experiment(request, obs, result)
+        result.status = RunStatus.DONE
+    except HostBusyError as exc:
+        result.status = RunStatus.REFUSED
+        result.reason = str(exc)
+    except SpecperfError as exc:
+        result.status = RunStatus.FAILED
+        result.verdicts = {}  # no verdict from a partial run
+        result.reason = without_log_tail(exc)
+        result.log_tail = exc.log_tail if isinstance(exc, EngineError) else None
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        result.status = RunStatus.INTERRUPTED
+        result.verdicts = {}
+        result.reason = "interrupted by the user"
+        obs.finished(result)
+        raise
+    if result.status == RunStatus.DONE:
+        try:  # after the verdicts: interrupted, the run is still done with them
+            await _profile_round(request, obs, result, engines, full)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            obs.finished(result)
+            raise
+    obs.finished(result)
+    return result
+
+
+async def _experiment(request: CompareRequest, obs: CompareObserver,
+                      result: CompareResult) -> tuple[dict[str, tuple[EngineConfig, str]], dict[str, dict | None]]:
+    """The launches and verdicts of :func:`compare` into ``result``; returns each arm's
+    (engine, worktree) and full snapshot, for the profile round."""
+    settings, engine, host = request.settings, request.engine, request.host
+    # GPU hygiene first, before worktrees and builds, so a busy host is refused at once
+    python = host.config.python if "{prefix}" in engine.python else engine.python
+    try:
+        preflight = await probe_async(python, cheap=True, env=engine.env, host=host)
+    except ProbeError as exc:
+        obs.progress(f"environment probe (preflight) failed: {exc}")
+        preflight = None
+    for line in await clean_gpus(host, preflight, force_clean=request.force_clean, grace_s=engine.stop_grace_s):
+        obs.progress(line)
+    engines: dict[str, tuple[EngineConfig, str]] = {}
+    for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
+        obs.progress(f"preparing {role} {sha[:12]} on host {host.name}")
+        tree = await _git.worktree(host, engine.repo, sha)
+        prefix = f"{host.workdir}/builds/{sha}"
+        await build_commit(host, engine, tree, prefix, sha)
+        arm_engine = engine_for_commit(engine, tree, prefix)
+        result.imported[role] = await check_import(host, arm_engine, tree)
+        engines[role] = (arm_engine, tree)
+    full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
+            for role in engines}
+    if all(full.values()):
+        result.arm_env_diff = arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
+    for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
+                                 grace_s=engine.stop_grace_s):  # again: a newcomer during the builds
+        obs.progress(line)
+
+    deadline = time.monotonic() + settings.time_budget_s
+    undecided = list(request.modes)
+    seq = 0
+    if settings.pairing == "concurrent":  # the commit's engine beside the base's, on the next port
+        head_engine, head_tree = engines["head"]
+        engines["head"] = (head_engine.model_copy(update={"port": head_engine.port + 1}), head_tree)
+    while undecided:
+        for mode in undecided:
+            if settings.pairing == "concurrent":
+                for first in (0, 1):  # base takes the first turn, then the commit
+                    arms = tuple(Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
+                                 for role in ("base", "head"))
+                    trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first)
+                    for offset, (arm, trial) in enumerate(zip(arms, trials), start=1):
+                        result.trials[mode][arm.role].append(trial)
+                        result.seqs[mode][arm.role].append(seq + offset)
+                        result.windows[seq + offset] = trial.window
+                    seq += 2
+                    if settings.cooldown_s:
+                        await asyncio.sleep(settings.cooldown_s)
+                continue
+            for role in ABBA:
+                seq += 1
+                arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
+                trial = await _one_trial(request, obs, arm, seq, *engines[role])
+                result.trials[mode][role].append(trial)
+                result.seqs[mode][role].append(seq)
+                result.windows[seq] = trial.window
+                if settings.cooldown_s:
+                    await asyncio.sleep(settings.cooldown_s)
+        result.disturbed, result.left_out = judge_compare(result.seqs, result.windows, settings)
+        view = figures(result)
+        result.verdicts = {m: verdict_for(view[m], settings) for m in request.modes}
+        obs.verdicts_updated(result.verdicts)
+        launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0
+        undecided = [
+            m for m in undecided
+            if len(view[m]["base"]) < settings.min_trials
+            or (result.verdicts[m].verdict == INCONCLUSIVE and len(view[m]["base"]) < settings.max_trials)
+        ]
+        if undecided and time.monotonic() > deadline:
+            obs.progress(f"time budget of {settings.time_budget_s:.0f} s spent after {launches} launches per arm")
+            break
+    return engines, full
+
+
+async def _profile_round(request: CompareRequest, obs: CompareObserver, result: CompareResult,
+                         engines: dict[str, tuple[EngineConfig, str]], snapshots: dict[str, dict | None]) -> None:
+    """Profile the modes of ``result`` that ``request.settings.profile`` asks for
+    (core._experiments.profiling): each gets ``result.profiles[mode]``, also passed to the
+    observer as snapshot phase ``profile-<mode>``; interrupted, the mode's document says so and
+    the cancellation goes on."""
+    for mode in request.modes:
+        verdict = result.verdicts.get(mode)
+        if not wanted(request.settings.profile, verdict.verdict if verdict else None):
+            continue
+        obs.progress(f"profile round: {mode}, one profiled launch per arm")
+        try:
+            document = await profile_mode(
+                request.engine_name, request.host, request.workload, request.settings, mode, engines, snapshots,
+                head_sha=result.head_sha, profile_dir=request.profile_dir, progress=obs.progress,
+                on_launch=functools.partial(obs.profile_launched, mode))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            result.profiles[mode] = INTERRUPTED
+            obs.snapshot(f"profile-{mode}", INTERRUPTED, None)
+            raise
+        result.profiles[mode] = document
+        obs.snapshot(f"profile-{mode}", document, None)
+        obs.progress(f"profile {mode}: {document['line']}")
+
+
+class DisturbedError(SpecperfError):
+    """A trial was disturbed and ``on_disturbed = "fail"``."""
+
+
+async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, seq: int | None,
+                    engine: EngineConfig, tree: str, cheap: bool = True) -> dict | None:
+    try:
+        data = await probe_async(engine.python, cheap=cheap, env=engine.env, cwd=tree,
+                                 repo=None if cheap else tree, host=request.host)
+    except ProbeError as exc:
+        obs.progress(f"environment probe ({phase}) failed: {exc}")
+        return None
+    obs.snapshot(phase, data, seq)
+    return data
+
+
+def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> list[str]:
+    """What differs between the two arms' full snapshots, less what differs by construction:
+    each arm has its own worktree (``.../worktrees/<sha>``) and build folder
+    (``.../builds/<sha>``), so a value that differs only in its arm's SHA (the checkout's
+    path, ``PYTHONPATH``, a build's interpreter and package paths) is left out; the commit
+    itself is kept."""
+    def by_construction(change) -> bool:
+        before, after = change.before, change.after
+        return (isinstance(before, str) and isinstance(after, str) and before != base_sha
+                and base_sha in before and head_sha in after
+                and before.replace(base_sha, "<sha>") == after.replace(head_sha, "<sha>"))
+    return [c.line for c in diff_snapshots(base, head) if not by_construction(c)]
+
+
+async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
+                     engine: EngineConfig, tree: str) -> TrialResult:
+    obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
+    try:
+        trial = await measure(
+            request.engine_name, engine, arm.mode, request.workload_name, request.workload,
+            f"{request.host.workdir}/logs", host=request.host, cwd=tree,
+            on_launch=lambda process: obs.trial_launched(arm, seq, process),
+        )
+    except SpecperfError as exc:
+        obs.trial_failed(arm, seq, str(exc))
+        raise
+    return _trial_done(request, obs, arm, seq, trial)
+
+
+async def _pair_trials(request: CompareRequest, obs: CompareObserver, arms: tuple[Arm, Arm], seqs: tuple[int, int],
+                       engines: dict[str, tuple[EngineConfig, str]], first: int) -> tuple[TrialResult, TrialResult]:
+    """Both arms launched at once and measured in turns (``[compare] pairing = "concurrent"``)."""
+    mode = arms[0].mode
+    obs.progress(f"trials {seqs[0]} and {seqs[1]}: {mode} base {arms[0].sha[:12]} beside commit {arms[1].sha[:12]}, "
+                 f"{'base' if first == 0 else 'commit'} first")
+    try:
+        trials = await measure_pair(
+            request.engine_name, (engines["base"][0], engines["head"][0]), mode, request.workload_name,
+            request.workload, f"{request.host.workdir}/logs", host=request.host,
+            cwds=(engines["base"][1], engines["head"][1]), first=first,
+            on_launch=lambda i, process: obs.trial_launched(arms[i], seqs[i], process),
+        )
+    except SpecperfError as exc:
+        for arm, seq in zip(arms, seqs):
+            obs.trial_failed(arm, seq, str(exc))
+        raise
+    return (_trial_done(request, obs, arms[0], seqs[0], trials[0]),
+            _trial_done(request, obs, arms[1], seqs[1], trials[1]))
+
+
+def _trial_done(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int, trial: TrialResult) -> TrialResult:
+    """Record a measured trial and judge its window (``on_disturbed = "fail"`` raises)."""
+    obs.trial_finished(arm, seq, trial)
+    if trial.window is not None:
+        obs.snapshot("window", trial.window, seq)
+    if trial.window and "error" in trial.window:
+        obs.progress(f"trial {seq}: {trial.window['error']}")
+    judged = judge_window(trial.window, request.settings.disturbance)
+    if judged.disturbed:
+        policy = request.settings.on_disturbed
+        obs.progress(f"trial {seq} disturbed ({policy}): {'; '.join(judged.reasons)}")
+        if policy == "fail":
+            raise DisturbedError(f"trial {seq} ({arm.mode} {arm.role}) was disturbed: {'; '.join(judged.reasons)} "
+                                 "(on_disturbed = \"fail\"; set [compare] on_disturbed = \"remeasure\" to measure "
+                                 "its pair again instead)")
+    return trial

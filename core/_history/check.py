@@ -1,0 +1,234 @@
+"""Was the good number real: today's launches of a commit set against the stored launches of
+the same commit (issue 26).
+
+A compare measures a commit against its base on the same host today; it cannot say whether the
+base's 89 tok/s of last week still holds. This module answers that, per mode and arm: the
+newest earlier run that measured the same commit (same SHA) in the same mode on the same host,
+engine and workload is tested against today's launches with
+:func:`core._experiments.stats.unpaired_shift` (two unpaired groups of launches, Mann-Whitney p
+and a BCa bootstrap interval of the change of mean log tok/s, the compare's margin): NO CHANGE
+is "consistent", REGRESSION "below", IMPROVEMENT "above", INCONCLUSIVE "unsettled". The spread
+each side brings is its own launch-to-launch spread, so a noisy host gives "unsettled", never a
+false "below".
+
+Runs are matched on what defines the benchmark (:data:`MATCH_KEYS`: the engine's model and
+served name, and the workload): an earlier run of the same commit with another model or
+workload is "not comparable", with the first difference named. The engine's launch arguments
+(common and the mode's) and environment variables are not matched on: they are what a user
+changes on a host and the engine feels, so they are compared and, when the figure moved,
+named first among what changed since then, before the fingerprint diff
+(:func:`core._env.fingerprint.diff_snapshots`, most likely throughput mover first: driver,
+NCCL, torch, engine libraries, engine variables, GPU clocks and links, then the rest) between
+that run's snapshot of the arm and today's; when nothing recorded differs, that is said: the
+cause is outside what we record.
+
+:func:`environment_moved` turns the checks of one compare into the report's first lines when a
+mode's two arms both moved against their past while the verdict between them is no change:
+the drop is not between these commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from core._env.fingerprint import SnapshotError, diff_snapshots
+from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, unpaired_shift
+
+OUTCOMES: dict[str, str] = {NO_CHANGE: "consistent", REGRESSION: "below", IMPROVEMENT: "above"}
+MATCH_KEYS = ("model", "served_model_name", "workload")
+CONFIG_KEYS = ("args", "mode args", "env")  # compared and named, not matched on
+MAX_CHANGES_SHOWN = 5  # in :meth:`HistoryCheck.line`; ``changes`` keeps every one
+
+
+def setup_of(settings: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """What in a run's stored ``settings`` (``settings["engine"]``, the redacted engine config,
+    and ``settings["workload"]``) changes mode ``mode``'s figure: ``{model, served_model_name,
+    args, mode args, env, workload}``."""
+    engine = settings.get("engine") or {}
+    return {"model": engine.get("model"), "served_model_name": engine.get("served_model_name"),
+            "args": engine.get("args"), "mode args": (engine.get("modes") or {}).get(mode),
+            "env": engine.get("env"), "workload": settings.get("workload")}
+
+
+@dataclass(frozen=True)
+class PastLaunches:
+    """One earlier run's kept launches of one commit in one mode: ``output_tok_s`` per launch,
+    its ``setup`` (:func:`setup_of`) and its full env snapshot of that arm (``None``: none
+    stored)."""
+
+    run_id: int
+    created_at: dt.datetime
+    sha: str
+    output_tok_s: list[float]
+    setup: dict[str, Any]
+    snapshot: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class HistoryCheck:
+    """Today's launches of ``sha`` (arm ``role`` of mode ``mode``) against run ``run_id``'s.
+
+    ``outcome``: ``consistent``, ``below``, ``above``, ``unsettled`` or ``not comparable``.
+    Percentages are today's mean tok/s against that run's (``change_pct``, its 95% interval);
+    ``then_tok_s`` and ``now_tok_s`` are the two medians; ``reason`` says why it is not
+    comparable, or how the test came out. ``changes``: for ``below`` and ``above``, the
+    environment differences between that run's snapshot of the arm and today's, most likely
+    throughput mover first (``()``: none of the facts we record differ; ``None``: a snapshot
+    is missing, or the outcome is another)."""
+
+    mode: str
+    role: str
+    sha: str
+    outcome: str
+    run_id: int
+    run_at: dt.datetime
+    reason: str
+    then_tok_s: float | None = None
+    now_tok_s: float | None = None
+    change_pct: float | None = None
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    changes: tuple[str, ...] | None = None
+
+    def since_then(self) -> str:
+        """What changed since that run, for a ``below`` or ``above``: ``"since then: driver
+        550.54 -> 560.35; ..."`` (at most :data:`MAX_CHANGES_SHOWN`, then how many more), or
+        that the recorded environment is the same; ``""`` for other outcomes."""
+        if self.outcome not in ("below", "above"):
+            return ""
+        if self.changes is None:
+            return "no stored environment snapshot of both runs to say what changed"
+        if not self.changes:
+            return "the environment facts we record are the same: the cause is outside them"
+        more = len(self.changes) - MAX_CHANGES_SHOWN
+        return "since then: " + "; ".join(self.changes[:MAX_CHANGES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+
+    def line(self) -> str:
+        """``baseline base 5edcab7ff1: below run 3 of 2026-12-03 14:05 by -8.1% (-9.9 .. -6.2): 89.0 -> 81.8 tok/s``."""
+        head = f"{self.mode} {self.role} {self.sha[:10]}: "
+        when = f"run {self.run_id} of {self.run_at:%Y-%m-%d %H:%M}"
+        if self.outcome == "not comparable":
+            return head + f"not comparable with {when}: {self.reason}"
+        figures = f"{self.then_tok_s:,.1f} -> {self.now_tok_s:,.1f} tok/s"
+        interval = f"{self.change_pct:+.1f}% ({self.ci_low_pct:+.1f} .. {self.ci_high_pct:+.1f})"
+        if self.outcome == "consistent":
+            return head + f"consistent with {when}: {interval}, {figures}"
+        if self.outcome == "unsettled":
+            return head + f"against {when}: {interval}, {figures}; {self.reason}"
+        return (head + f"{self.outcome} {when} by {interval}, beyond both runs' launch-to-launch spread: {figures}; "
+                + self.since_then())
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with ``line``."""
+        out = asdict(self)
+        out["run_at"] = self.run_at.isoformat()
+        out["changes"] = None if self.changes is None else list(self.changes)
+        out["line"] = self.line()
+        return out
+
+
+def _differences(then: Mapping[str, Any], now: Mapping[str, Any], keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(key, what moved)`` for the keys of ``keys`` whose values differ: ``("env",
+    "NCCL_P2P_DISABLE 1 -> (unset)")`` per variable of a mapping, ``("args", "--max-num-seqs 8
+    -> --max-num-seqs 2")`` for a list, ``("model", "m -> m2")`` otherwise."""
+    out = []
+    for key in keys:
+        a, b = then.get(key), now.get(key)
+        if a == b:
+            continue
+        if isinstance(a, Mapping) or isinstance(b, Mapping):
+            a, b = a or {}, b or {}
+            names = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            out += [(key, f"{n} {a.get(n) or '(unset)'} -> {b.get(n) or '(unset)'}") for n in names]
+        elif isinstance(a, list) or isinstance(b, list):
+            out.append((key, f"{' '.join(map(str, a or [])) or '(none)'} -> {' '.join(map(str, b or [])) or '(none)'}"))
+        else:
+            out.append((key, f"{a or '(unset)'} -> {b or '(unset)'}"))
+    return out
+
+
+def match_differences(then: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What makes two set-ups (:func:`setup_of`) not comparable: the :data:`MATCH_KEYS` that
+    differ, a line each (``model m -> m2``); empty when they are comparable."""
+    return [f"{key} {moved}" for key, moved in _differences(then, now, MATCH_KEYS)]
+
+
+def _changes(then: PastLaunches, now_setup: Mapping[str, Any], now: Mapping[str, Any] | None
+             ) -> tuple[str, ...] | None:
+    """The engine configuration's differences (:data:`CONFIG_KEYS`), then the fingerprint
+    diff of the two snapshots; ``None`` when a snapshot is missing and the configuration is
+    the same (nothing can be said)."""
+    configured = [f"{key} {moved}" for key, moved in _differences(then.setup, now_setup, CONFIG_KEYS)]
+    if then.snapshot is None or now is None:
+        return tuple(configured) or None
+    try:
+        fingerprint = diff_snapshots(then.snapshot, now)
+    except SnapshotError:  # a snapshot stored in another shape: the configuration alone
+        return tuple(configured) or None
+    # an engine variable shows in both (the probe runs with the engine's environment): once
+    env_then, env_now = then.setup.get("env") or {}, now_setup.get("env") or {}
+    named = {f"env {k}" for k in set(env_then) | set(env_now) if env_then.get(k) != env_now.get(k)}
+    return tuple(configured + [change.line for change in fingerprint if change.what not in named])
+
+
+def check_history(mode: str, role: str, sha: str, today: list[float], today_setup: Mapping[str, Any],
+                  past: list[PastLaunches], *, margin_pct: float, alpha: float = 0.05,
+                  today_snapshot: Mapping[str, Any] | None = None) -> HistoryCheck | None:
+    """Today's launches of ``sha`` against the newest of ``past`` (newest first) that measured it.
+
+    Args:
+        today: today's kept launches' output tok/s of this arm.
+        today_setup: :func:`setup_of` of today's run.
+        past: earlier runs' launches of this mode on the same host, engine and workload.
+        margin_pct, alpha: the compare's, for :func:`core._experiments.stats.unpaired_shift`.
+        today_snapshot: today's full env snapshot of this arm, for what changed since a past
+            run it reads below or above.
+
+    Returns:
+        ``None`` when no earlier run measured ``sha`` with at least 2 launches, or today has
+        fewer than 2.
+    """
+    same = [p for p in past if p.sha == sha and len(p.output_tok_s) >= 2]
+    if not same or len(today) < 2:
+        return None
+    comparable = [p for p in same if not _differences(p.setup, today_setup, MATCH_KEYS)]
+    if not comparable:
+        newest = same[0]
+        key, moved = _differences(newest.setup, today_setup, MATCH_KEYS)[0]
+        return HistoryCheck(mode, role, sha, "not comparable", newest.run_id, newest.created_at,
+                            f"{key} differs: {moved}")
+    then = comparable[0]
+    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha)
+    outcome = OUTCOMES.get(shift.verdict, "unsettled")
+    changes = _changes(then, today_setup, today_snapshot) if outcome in ("below", "above") else None
+    return HistoryCheck(mode, role, sha, outcome, then.run_id, then.created_at,
+                        shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}",
+                        then_tok_s=statistics.median(then.output_tok_s), now_tok_s=statistics.median(today),
+                        change_pct=shift.change_pct, ci_low_pct=shift.ci_low_pct, ci_high_pct=shift.ci_high_pct,
+                        changes=changes)
+
+
+def environment_moved(checks: list[HistoryCheck], verdicts: Mapping[str, str]) -> list[str]:
+    """The report's first lines from one compare's ``checks``: for each mode whose verdict
+    (``verdicts``: mode -> verdict) is NO CHANGE or INCONCLUSIVE while both arms read below
+    (or both above) their earlier runs, ``"baseline: both arms are about -8.0% below their
+    earlier runs (run 3 of 2026-11-26 09:00): the drop is not between these commits; since
+    then: ..."``. An A/A (one arm checked) counts when that arm moved."""
+    lines = []
+    for mode in dict.fromkeys(c.mode for c in checks):
+        mine = [c for c in checks if c.mode == mode]
+        if verdicts.get(mode) not in (NO_CHANGE, INCONCLUSIVE):
+            continue
+        for outcome, word in (("below", "drop"), ("above", "rise")):
+            if mine and all(c.outcome == outcome for c in mine):
+                change = statistics.mean(c.change_pct for c in mine if c.change_pct is not None)
+                runs = ", ".join(dict.fromkeys(f"run {c.run_id} of {c.run_at:%Y-%m-%d %H:%M}" for c in mine))
+                arms = "both arms are" if len(mine) > 1 else "the commit is"
+                lines.append(f"{mode}: {arms} about {change:+.1f}% {outcome} their earlier runs ({runs}) while the "
+                             f"verdict between them is {verdicts[mode]}: the {word} is not between these commits; "
+                             + mine[0].since_then())
+    return lines

@@ -1,9 +1,0 @@
-"""``python -m core._host_client_main``: specperf's benchmark client on an SSH host, for one
-trial (core/_host_client.py has the protocol). A module of its own, imported by nothing, so
-that ``-m`` does not run a module that importing ``core`` has already imported."""
-
-import sys
-
-from core._host_client import main
-
-sys.exit(main())
