@@ -174,13 +174,40 @@ def default_config(testenv: Path) -> core.Config:
                                  "<embedded default config>")
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now (bound to port 0, then released)."""
+def free_port(span: int = 1) -> int:
+    """A TCP port P on 127.0.0.1 such that P .. P + span - 1 all bind now, picked below the
+    kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel hands
+    out with bind(0) can be taken a moment later as the local end of any outgoing loopback
+    connection (another test's client), and an engine that binds it then exits with "address
+    already in use". ``span`` = 2 for concurrent pairing, whose commit engine takes P + 1."""
+    import random
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    pick = random.SystemRandom()
+    for _ in range(200):
+        port = pick.randrange(10000, max(low - span, 10001))
+        socks = [socket.socket() for _ in range(span)]
+        try:
+            for offset, sock in enumerate(socks):
+                sock.bind(("127.0.0.1", port + offset))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {span} consecutive free TCP ports below {low} after 200 tries")
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    """pytest-asyncio's fixture of this name, made safe for tests that also use port + 1
+    (concurrent pairing, a second bot): :func:`free_port` with ``span`` 2."""
+    return free_port(span=2)
 
 
 def server_repo(repo: Path, served_where: str) -> Path:

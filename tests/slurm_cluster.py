@@ -24,15 +24,11 @@ from pathlib import Path
 
 import psutil
 
+from tests.conftest import free_port
+
 NODES = 4
 GPUS = 2
 KILL_WAIT_S = 5  # SIGTERM to SIGKILL when Slurm ends a job (scancel, time limit)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class SlurmCluster:
@@ -96,12 +92,12 @@ class SlurmCluster:
         auth = f"socket={self.munge_socket}"
         hostname = socket.gethostname()
         node_lines = "\n".join(
-            f"NodeName={node} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=2 "
+            f"NodeName={node} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 "
             f"RealMemory=1000 Gres=gpu:{GPUS} State=UNKNOWN" for node in self.nodes)
         self.conf.write_text(f"""\
 ClusterName=specperftest
 SlurmctldHost={hostname}(127.0.0.1)
-SlurmctldPort={_free_port()}
+SlurmctldPort={free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

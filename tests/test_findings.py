@@ -20,7 +20,6 @@ import asyncio
 import datetime as dt
 import itertools
 import json
-import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -39,7 +38,7 @@ from core._experiments.bisection import bisect as _bisect
 from core._experiments.compare import CompareRequest, compare, resolve_refs
 from core._history.summary import _stored_marks, build_summary
 from tests.bot_support import write_config
-from tests.conftest import ROOT, local_host
+from tests.conftest import ROOT, free_port, local_host
 from tests.fake_engine_repo import ENGINE, _git, fake_engine, linear_history, make_repo
 from tests.slack_emulator import SlackEmulator
 from tests.test_history_report import _report
@@ -53,11 +52,6 @@ WORKLOAD = core.WorkloadConfig(output_len=64, concurrency=2, requests=6, warmup_
 SETTINGS = core.CompareConfig(margin_pct=5.0, min_trials=4, max_trials=4, cooldown_s=0, modes=["baseline"])
 UTC = dt.UTC
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def _compare(db, repo: Path, work: Path, port: int, base: str, head: str, mode: str) -> int:
@@ -88,7 +82,7 @@ def history(tmp_path_factory):
     shas["side"] = _git(repo, "rev-parse", "HEAD")
     _git(repo, "checkout", "-q", "main")
     db_file = tmp / "history.sqlite"
-    port = _free_port()
+    port = free_port()
 
     async def measure():
         db = storage.open_database(f"sqlite:///{db_file}")
@@ -229,7 +223,7 @@ async def test_a_period_of_no_change_compares_over_a_flat_series_is_quiet(tmp_pa
     make_repo(repo, commits)
     db_file = tmp_path / "flat.sqlite"
     db = storage.open_database(f"sqlite:///{db_file}")
-    port = _free_port()
+    port = free_port()
     for base, head in itertools.pairwise([tag for tag, _, _ in commits]):
         await _compare(db, repo, tmp_path / "work", port, base, head, "baseline")
     since = dt.datetime.now(UTC) - dt.timedelta(days=1)

@@ -14,7 +14,6 @@ import datetime as dt
 import itertools
 import json
 import os
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ from core._experiments.compare import CompareRequest, compare, resolve_refs
 from core._git import first_parent_order
 from core._history.changepoints import analyze as analyze_series
 from core._history.summary import build_summary
-from tests.conftest import ROOT, SPECPERF, local_host
+from tests.conftest import ROOT, SPECPERF, free_port, local_host
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 
 MODES = ["baseline"]  # one mode is enough for the history; a second doubles its set-up
@@ -40,15 +39,10 @@ UTC = dt.UTC
 pytestmark = pytest.mark.e2e  # the history is eight compares on the fast fake engine
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 async def _measure_history(repo: Path, tags: list[str], url: str, workdir: Path) -> None:
     db = storage.open_database(url)
-    port = _free_port()
+    port = free_port()
     for base, head in itertools.pairwise(tags):
         request = CompareRequest(
             engine_name="fake", engine=fake_engine(repo, port, ROOT), workload_name="w", workload=WORKLOAD,
