@@ -46,10 +46,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _stop_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM stops engines like Ctrl-C (KeyboardInterrupt), once: a second SIGTERM, as a
-    supervisor or a double ``kill`` sends, is ignored, so it cannot cut short the clean-up that
-    marks the run interrupted (it used to leave the run ``running``). A Ctrl-C still can."""
+    """SIGTERM stops engines like Ctrl-C, once: a second SIGTERM, as a supervisor or a double
+    ``kill`` sends, is ignored, so it cannot cut short the clean-up that marks the run
+    interrupted (it used to leave the run ``running``). A Ctrl-C still can.
+
+    While the event loop runs, the stop goes through asyncio.Runner's own SIGINT handler, as a
+    Ctrl-C does: the main task is cancelled and its clean-up runs, then the runner raises
+    KeyboardInterrupt. A KeyboardInterrupt raised from here would land on whatever bytecode runs,
+    inside the loop's or a library's own bookkeeping too. Where Runner installed no handler (SIGINT
+    ignored, as in a shell's background job, or no loop yet), KeyboardInterrupt is raised here."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    on_sigint = signal.getsignal(signal.SIGINT)
+    if callable(on_sigint) and on_sigint is not signal.default_int_handler:
+        on_sigint(signal.SIGINT, frame)
+        return
     raise KeyboardInterrupt
 
 
