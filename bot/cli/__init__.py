@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+from types import FrameType
 
 import uvloop
 from rich.console import Console
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM stops engines like Ctrl-C, once: a second SIGTERM, as a supervisor or a double
     ``kill`` sends, is ignored, so it cannot cut short the clean-up that marks the run
     interrupted (it used to leave the run ``running``). A Ctrl-C still can.
