@@ -205,9 +205,10 @@ def free_port(span: int = 1) -> int:
 
 @pytest.fixture
 def unused_tcp_port() -> int:
-    """pytest-asyncio's fixture of this name, made safe for tests that also use port + 1
-    (concurrent pairing, a second bot): :func:`free_port` with ``span`` 2."""
-    return free_port(span=2)
+    """pytest-asyncio's fixture of this name, made safe for tests that also use the ports
+    after it (concurrent pairing's port + 1, a second or third engine or bot up to port + 3):
+    :func:`free_port` with ``span`` 4."""
+    return free_port(span=4)
 
 
 def server_repo(repo: Path, served_where: str) -> Path:
