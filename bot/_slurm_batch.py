@@ -25,6 +25,8 @@ again by the run's stored job id, checked against Slurm's name and comment
 :func:`settle` (run by every command that reconciles) closes the runs of jobs that Slurm has
 ended, with Slurm's state and reason (``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``...), also
 when the worker never got the chance (SIGKILL, node failure, a job cancelled while pending).
+A job is taken as ended only on Slurm's word: while slurmctld is down or the login node cannot
+be reached, following waits and asks again, and settling leaves the run for later.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
@@ -54,6 +57,9 @@ _ENDED = {
 }
 _KILLED = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})  # Slurm ended it
 _SIGTERM = "Slurm signalled the job to end"
+UNREACHABLE = "Slurm cannot be asked now"  # the progress line's start while Slurm does not answer
+UNREACHABLE_POLL_MAX_S = 60.0  # the longest wait between two tries while Slurm does not answer
+log = logging.getLogger("specperf.bot")
 
 
 def ended_reason(job: SlurmJob) -> str:
@@ -203,15 +209,29 @@ async def _load(db, run_id: int) -> storage.StoredRun:
 async def follow(db, host: SlurmHost, run_id: int, observer: core.CompareObserver | None = None) -> storage.Run:
     """Relay run ``run_id``'s job until Slurm ends it: each change of Slurm's state (with the
     pending reason and node) and each trial the job records, as ``observer.progress`` lines;
-    then :func:`settle` it. Returns the run as finally stored."""
+    then :func:`settle` it. Returns the run as finally stored.
+
+    Slurm that cannot be asked for a while (the login node's SSH connection dropped, slurmctld
+    down or restarting: :meth:`SlurmHost.job`'s HostError) is said once as a progress line and
+    asked again, every ``poll_s`` doubling up to :data:`UNREACHABLE_POLL_MAX_S`, for as long as
+    it takes: the job runs on without us, and only Slurm's own word ends the following."""
     slurm = host.config.slurm
     poll_s = slurm.poll_s if slurm else 2.0
     observer = observer or core.CompareObserver()
-    said, told = "", set()
+    said, told, wait_s = "", set(), poll_s
     while True:
         stored = await _load(db, run_id)
         job_id = stored.run.settings["slurm"]["job_id"]
-        job = await host.job(job_id)
+        try:
+            job = await host.job(job_id)
+        except core.HostError as exc:
+            if not said.startswith(UNREACHABLE):
+                said = f"{UNREACHABLE} ({exc}); asking again until it answers"
+                observer.progress(said)
+            await asyncio.sleep(wait_s)
+            wait_s = min(wait_s * 2, UNREACHABLE_POLL_MAX_S)
+            continue
+        wait_s = poll_s
         line = job.line() if job else f"Slurm job {job_id}: unknown to Slurm"
         if line != said:
             observer.progress(line)
@@ -225,21 +245,29 @@ async def follow(db, host: SlurmHost, run_id: int, observer: core.CompareObserve
         if job is None or not job.active:
             break
         await asyncio.sleep(poll_s)
-    await _settle_one(db, host, stored.run)
+    await _settle_one(db, host, stored.run, job)
     return (await _load(db, run_id)).run
 
 
-async def _settle_one(db, host: SlurmHost, run: storage.Run) -> str | None:
+async def _settle_one(db, host: SlurmHost, run: storage.Run, said: SlurmJob | None | str = "ask") -> str | None:
     """Record the end of ``run``'s job once Slurm has ended it. A run the worker did not finish
     (Slurm's signal stopped it, or it never got to: a hard kill, a node failure, a job that
     never started or crashed) is marked with Slurm's state and reason: interrupted when Slurm
-    ended the job, failed otherwise (with where the job's output is). Returns that reason
-    (``None``: nothing to do yet, or the worker's own outcome stands)."""
+    ended the job, failed otherwise (with where the job's output is). ``said``: what Slurm
+    said of the job just now (``None``: it does not know it), or ``"ask"`` to ask it. Returns
+    that reason (``None``: nothing to do yet, or the worker's own outcome stands).
+
+    Raises:
+        core.HostError: Slurm cannot be asked (see :meth:`SlurmHost.job`); nothing is marked.
+    """
     run_id = cast(int, run.id)
     slurm = run.settings["slurm"]
     if not slurm.get("job_id") and owner_alive(db)(run.settings.get("owner") or {}):
         return None  # its submitter is still at sbatch
-    job = await host.job(slurm["job_id"]) if slurm.get("job_id") else None
+    if isinstance(said, str):
+        job = await host.job(slurm["job_id"]) if slurm.get("job_id") else None
+    else:
+        job = said
     if job is not None and job.active:
         return None
     ended = {"ended": True, "state": job.state if job else "UNKNOWN", "reason": job.reason if job else None,
@@ -281,8 +309,12 @@ async def settle(db, config: core.Config) -> list[tuple[int, str]]:
     for run in await asyncio.to_thread(storage.unsettled_slurm_runs, db):
         if run.host not in config.hosts or config.hosts[run.host].kind != "slurm":
             continue
-        async with open_host(config, run.host) as host:
-            why = await _settle_one(db, cast(SlurmHost, host), run)
+        try:
+            async with open_host(config, run.host) as host:
+                why = await _settle_one(db, cast(SlurmHost, host), run)
+        except core.HostError as exc:  # left as it is: settled once Slurm answers again
+            log.warning("run %s: its Slurm job cannot be checked now: %s", run.id, exc)
+            continue
         if why:
             closed.append((cast(int, run.id), why))
     return closed

@@ -49,14 +49,27 @@ class SlurmCluster:
         try:
             self._start_munge()
             self._write_config()
-            self._start("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
-            self._wait(lambda: self.run("scontrol", "ping").stdout.count("UP") > 0, "slurmctld")
+            self.start_controller()
             for node in self.nodes:
                 self._start(f"slurmd-{node}", ["/usr/sbin/slurmd", "-D", "-N", node, "-f", str(self.conf)])
             self._wait(self._nodes_idle, "slurmd")
         except BaseException:
             self.close()
             raise
+
+    def start_controller(self) -> None:
+        """Start slurmctld (it recovers the jobs it knew from its state folder) and wait until
+        ``scontrol ping`` says it is up."""
+        self._start("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self._controller = self.procs[-1]
+        self._wait(lambda: self.run("scontrol", "ping").stdout.count("UP") > 0, "slurmctld")
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state first), as an outage of the controller
+        does; the nodes' slurmd and the jobs they run go on."""
+        self._controller.terminate()
+        self._controller.wait(timeout=30)
+        self.procs.remove(self._controller)
 
     @property
     def conf(self) -> Path:

@@ -36,7 +36,7 @@ from core._experiments.compare import CompareRequest
 from core._experiments.stats import NO_CHANGE, REGRESSION
 from core._hosts import LocalHost, SlurmHost, SlurmJob, SshHost, open_host
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
-from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, stopped_at_end
 from tests.fake_engine_repo import linear_history, make_repo
 
 
@@ -374,6 +374,34 @@ def test_the_fixture_finds_and_kills_what_its_jobs_left(slurm_cluster, tmp_path)
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_compare_followed_through_a_controller_outage_reaches_its_verdict(slurm_cluster, tmp_path, unused_tcp_port):
+    """slurmctld stopped while the CLI follows its compare's job (the job runs on; scontrol
+    fails with "Unable to contact slurm controller"), then started again: the CLI says once
+    that Slurm cannot be asked, keeps asking, and ends with the job's verdict. Before, the
+    failed scontrol read as a job Slurm had forgotten, and the run was marked failed while its
+    job still ran."""
+    make_repo(tmp_path / "repo")
+    # mode idle: 10 tokens a second, so a launch streams for 16 s without taking the machine's CPU
+    workload = "output_len = 80\nconcurrency = 1\nrequests = 2\nwarmup_requests = 0"
+    config = slurm_config(tmp_path, tmp_path / "repo", unused_tcp_port, workload, trials=2)
+    proc = specperf(config, tmp_path, "compare", "slow", "--modes", "idle", "--json", str(tmp_path / "report.json"))
+    with stopped_at_end(proc):
+        first_trial_pgid(f"sqlite:///{tmp_path}/db.sqlite", 120)
+        slurm_cluster.stop_controller()
+        try:  # scontrol gives up on a controller it cannot reach after 18 s here
+            time.sleep(25)
+        finally:
+            slurm_cluster.start_controller()
+        stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stdout + stderr
+    assert stdout.count("Slurm cannot be asked now") == 1, stdout
+    assert "Unable to contact slurm controller" in stdout and "unknown to Slurm" not in stdout, stdout
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), 1)
+    check_slurm_run(stored, slurm_cluster, tmp_path / "shared", launches=4)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["modes"]["idle"]["verdict"]["n_pairs"] == 2 and report["slurm"]["state"] == "COMPLETED"
 
 
 async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_path, emulator, unused_tcp_port):

@@ -596,7 +596,9 @@ class JobQueue:
         """Follow again the Slurm job of orphaned ``job`` (a compare on a Slurm host whose bot
         stopped or died after submitting it): claim the job and run it as :meth:`_run` with the
         run's Slurm job, which then relays its progress and posts its verdict, or settles it at
-        once from Slurm's record when it already ended. False when it is not such a job."""
+        once from Slurm's record when it already ended. False when it is not such a job; True,
+        leaving it as it is, when Slurm cannot be asked now (slurmctld down, login node
+        unreachable): re-queued, a job Slurm still runs would run twice."""
         if job.kind not in COMPARE_KINDS or job.run_id is None or self.config.hosts.get(job.host) is None \
                 or self.config.hosts[job.host].kind != "slurm":
             return False
@@ -604,7 +606,12 @@ class JobQueue:
         host = self.host(job.host)
         assert isinstance(host, SlurmHost)
         job_id = ((stored.run.settings.get("slurm") or {}) if stored else {}).get("job_id")
-        said = await host.job(job_id) if job_id else None
+        try:
+            said = await host.job(job_id) if job_id else None
+        except core.HostError as exc:  # neither queued again nor failed: the next reconcile asks again
+            log.warning("job %s: cannot ask Slurm about its job %s now (%s); asking again at the next reconcile",
+                        job.id, job_id, exc)
+            return True
         if not slurm.adoptable(stored.run if stored else None, said):
             return False
         taken = await asyncio.to_thread(storage.adopt, self.db, job.id, job.started_at)

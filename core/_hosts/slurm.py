@@ -217,13 +217,18 @@ class SlurmHost(Host):
         from ``sacct`` (accounting); ``None`` when neither knows it.
 
         Raises:
-            HostError: the control host cannot be reached, or has no ``scontrol`` (a job is
-                never taken as forgotten because Slurm's commands are missing where they run).
+            HostError: the control host cannot be reached, has no ``scontrol``, or ``scontrol``
+                fails for any reason but "Invalid job id" (slurmctld down or unreachable): a job
+                is taken as forgotten only when slurmctld itself says it does not know it.
         """
         result = await self.control.run(["scontrol", "-o", "show", "job", job_id], timeout_s=60)
         if result.returncode == 127:
             raise HostError(f"scontrol is not found on host {self.name} ({self.where}): {result.stderr.strip()[-200:]}; "
                             "Slurm's client commands must be on the PATH where they run")
+        if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
+            raise HostError(f"Slurm cannot be asked about job {job_id} on host {self.name} ({self.where}): scontrol "
+                            f"failed with status {result.returncode}: {result.stderr.strip()[-300:]} (is slurmctld "
+                            "down or unreachable from there?)")
         if result.returncode == 0 and result.stdout.strip():
             fields = dict(word.partition("=")[::2] for word in result.stdout.split())
             return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""),
