@@ -258,6 +258,20 @@ def test_the_culprit_that_took_most_is_named_first():
     assert "kdamond" in culprit_lines(disturbed, limit=6)[-1]  # still named, last
 
 
+def test_a_culprit_on_the_clients_cpu_is_said_to_be_there():
+    """Seen in the demo under a 50% loop on CPU 0, the client's (2026-12-05): each launch said
+    "the benchmark client's CPU 0", and the summary line above the verdicts said "0.49 CPU-s/s
+    on the engine's CPUs"."""
+    hog = dict(pid=24307, user="root", command="python3 /tmp/hog50.py", cpu_s_per_s=0.49)
+    disturbed = {seq: Disturbance(["foreign processes took 50% of the benchmark client's CPU 0"],
+                                  [Culprit("client cpu", **hog)]) for seq in (1, 2, 3)}
+    disturbed[4] = Disturbance(["foreign processes took 40% of the engine's CPU 1"], [Culprit("cpu", **hog)])
+    lines = culprit_lines(disturbed)
+    assert lines == ["pid 24307 (root) `python3 /tmp/hog50.py`: 0.49 CPU-s/s on the benchmark client's CPUs "
+                     "during launches 1-3",
+                     "pid 24307 (root) `python3 /tmp/hog50.py`: 0.49 CPU-s/s on the engine's CPUs during launch 4"]
+
+
 # --- re-measure bookkeeping ------------------------------------------------------------------
 
 def _hog_window(pid: int, share: float = 0.6) -> dict:

@@ -31,7 +31,8 @@ _SLOWDOWN_VIOLATIONS = ("thermal", "reliability", "board_limit")
 @dataclass
 class Culprit:
     """Something that disturbed a window: a process (``pid``, ``user``, ``command``) with its
-    ``cpu_s_per_s`` on the engine's CPUs, or a GPU condition (``pid`` None)."""
+    ``cpu_s_per_s`` on the engine's CPUs (``what`` ``"cpu"``) or on the benchmark client's
+    CPUs (``"client cpu"``), or a GPU condition (``pid`` None)."""
 
     what: str
     pid: int | None = None
@@ -40,7 +41,7 @@ class Culprit:
     cpu_s_per_s: float | None = None
 
     def key(self) -> tuple:
-        return (self.pid, self.command) if self.pid is not None else (self.what,)
+        return (self.what, self.pid, self.command) if self.pid is not None else (self.what,)
 
 
 @dataclass
@@ -138,7 +139,7 @@ def judge_window(window: dict | None, limits: DisturbanceConfig, power_cap_media
         named = sorted((p for p in window.get("foreign_processes", []) if off_engine_s(p) > 0),
                        key=off_engine_s, reverse=True)[:3]
         for proc in named:
-            out.culprits.append(Culprit("cpu", proc["pid"], proc.get("user"), proc.get("command"),
+            out.culprits.append(Culprit("client cpu", proc["pid"], proc.get("user"), proc.get("command"),
                                         round(off_engine_s(proc) / span, 2)))
         who = "; ".join(f"{_who(p)}: {off_engine_s(p) / span:.2f} CPU-s/s" for p in named)
         out.reasons.append(f"foreign processes took {client_share:.0%} of the benchmark client's "
@@ -212,10 +213,11 @@ def _ranges(seqs: list[int]) -> str:
 
 def culprit_lines(disturbed: dict[int, Disturbance], limit: int = 3) -> list[str]:
     """One line per culprit across trials, the ``limit`` that weighed most first: ``pid 4121
-    (root) `pip install ...`: 0.9 CPU-s/s on the engine's CPUs during launches 9-12``.
+    (root) `pip install ...`: 0.9 CPU-s/s on the engine's CPUs during launches 9-12`` (or ``on
+    the benchmark client's CPUs``, where it was judged there).
 
-    A process weighs the CPU-s/s it took on the engine's CPUs, summed over the launches it was
-    in; a GPU condition or a foreign GPU process weighs 1 per launch (as a whole CPU taken).
+    A process weighs the CPU-s/s it took on the CPUs it was judged on, summed over the launches
+    it was in; a GPU condition or a foreign GPU process weighs 1 per launch (as a whole CPU taken).
     Most launches first would put a kernel thread that took 0.01 CPU-s/s in every disturbed
     window ahead of the loop that took half the engine's CPU in one."""
     grouped: dict[tuple, list[tuple[int, Culprit]]] = {}
@@ -235,8 +237,9 @@ def culprit_lines(disturbed: dict[int, Disturbance], limit: int = 3) -> list[str
             lines.append(f"{first.what} during {when}")
         elif first.cpu_s_per_s is not None:
             rate = statistics.mean(c.cpu_s_per_s for _, c in entries if c.cpu_s_per_s is not None)
+            where = "the benchmark client's CPUs" if first.what == "client cpu" else "the engine's CPUs"
             lines.append(f"pid {first.pid} ({first.user or '?'}) `{_short(first.command)}`: {rate:.2f} CPU-s/s "
-                         f"on the engine's CPUs during {when}")
+                         f"on {where} during {when}")
         else:
             lines.append(f"{first.what} pid {first.pid} ({first.user or '?'}) `{_short(first.command)}` during {when}")
     return lines
