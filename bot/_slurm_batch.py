@@ -245,29 +245,33 @@ async def follow(db, host: SlurmHost, run_id: int, observer: core.CompareObserve
         if job is None or not job.active:
             break
         await asyncio.sleep(poll_s)
-    await _settle_one(db, host, stored.run, job)
+    await _record_end(db, host, stored.run, job)
     return (await _load(db, run_id)).run
 
 
-async def _settle_one(db, host: SlurmHost, run: storage.Run, said: SlurmJob | None | str = "ask") -> str | None:
-    """Record the end of ``run``'s job once Slurm has ended it. A run the worker did not finish
-    (Slurm's signal stopped it, or it never got to: a hard kill, a node failure, a job that
-    never started or crashed) is marked with Slurm's state and reason: interrupted when Slurm
-    ended the job, failed otherwise (with where the job's output is). ``said``: what Slurm
-    said of the job just now (``None``: it does not know it), or ``"ask"`` to ask it. Returns
-    that reason (``None``: nothing to do yet, or the worker's own outcome stands).
+async def _settle_one(db, host: SlurmHost, run: storage.Run) -> str | None:
+    """Ask Slurm about ``run``'s job and :func:`_record_end` what it says. Returns that reason
+    (``None``: nothing to do yet, or the worker's own outcome stands).
 
     Raises:
         core.HostError: Slurm cannot be asked (see :meth:`SlurmHost.job`); nothing is marked.
     """
-    run_id = cast(int, run.id)
     slurm = run.settings["slurm"]
     if not slurm.get("job_id") and owner_alive(db)(run.settings.get("owner") or {}):
         return None  # its submitter is still at sbatch
-    if isinstance(said, str):
-        job = await host.job(slurm["job_id"]) if slurm.get("job_id") else None
-    else:
-        job = said
+    job = await host.job(slurm["job_id"]) if slurm.get("job_id") else None
+    return await _record_end(db, host, run, job)
+
+
+async def _record_end(db, host: SlurmHost, run: storage.Run, job: SlurmJob | None) -> str | None:
+    """Record the end of ``run``'s job once Slurm has ended it, from what Slurm just said of it
+    (``job``; ``None``: Slurm does not know it). A run the worker did not finish (Slurm's signal
+    stopped it, or it never got to: a hard kill, a node failure, a job that never started or
+    crashed) is marked with Slurm's state and reason: interrupted when Slurm ended the job,
+    failed otherwise (with where the job's output is). Returns that reason (``None``: nothing
+    to do yet, or the worker's own outcome stands)."""
+    run_id = cast(int, run.id)
+    slurm = run.settings["slurm"]
     if job is not None and job.active:
         return None
     ended = {"ended": True, "state": job.state if job else "UNKNOWN", "reason": job.reason if job else None,
