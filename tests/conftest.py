@@ -211,22 +211,29 @@ def unused_tcp_port() -> int:
     return free_port(span=4)
 
 
-def server_repo(repo: Path, served_where: str) -> Path:
-    """A two-commit git repository at ``repo`` for an engine of ``kind = "command"`` (the server
-    comes from its own venv, not from the repo): the commit changes nothing served, so a compare
-    of it against its parent is an A/A of the server. ``served_where`` goes in the commit's note."""
+def two_commit_repo(repo: Path, name: str, base: tuple[str, str], head: tuple[str, str]) -> Path:
+    """A git repository at ``repo`` of two commits of one file ``name``: ``base`` and then
+    ``head``, each ``(file text, commit message)``."""
     def git(*args: str) -> None:
         subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                        check=True, capture_output=True, text=True)
 
     repo.mkdir()
     git("init", "-q")
-    (repo / "SERVING.md").write_text("served by transformers serve\n")
+    (repo / name).write_text(base[0])
     git("add", ".")
-    git("commit", "-qm", "base")
-    (repo / "SERVING.md").write_text(f"served by transformers serve, {served_where}\n")
-    git("commit", "-qam", "a commit that changes nothing served")
+    git("commit", "-qm", base[1])
+    (repo / name).write_text(head[0])
+    git("commit", "-qam", head[1])
     return repo
+
+
+def server_repo(repo: Path, served_where: str) -> Path:
+    """A two-commit git repository at ``repo`` for an engine of ``kind = "command"`` (the server
+    comes from its own venv, not from the repo): the commit changes nothing served, so a compare
+    of it against its parent is an A/A of the server. ``served_where`` goes in the commit's note."""
+    return two_commit_repo(repo, "SERVING.md", ("served by transformers serve\n", "base"),
+                           (f"served by transformers serve, {served_where}\n", "a commit that changes nothing served"))
 
 
 class Hog(core.CompareObserver):

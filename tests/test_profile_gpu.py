@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 import core
 from core._experiments.compare import CompareRequest, compare
 from core._profile.categories import ATTENTION
-from tests.conftest import ROOT, free_port, local_host
+from tests.conftest import ROOT, free_port, local_host, two_commit_repo
 from tests.test_env_gpu import _REASON
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or ""),
@@ -33,18 +32,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_R
 
 def _attention_repo(repo: Path) -> Path:
     """Two commits: ``attention.txt`` says ``eager``, then ``sdpa`` (tests/profiled_server.py reads it)."""
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                       check=True, capture_output=True, text=True)
-
-    repo.mkdir()
-    git("init", "-q")
-    (repo / "attention.txt").write_text("eager\n")
-    git("add", ".")
-    git("commit", "-qm", "base: eager attention")
-    (repo / "attention.txt").write_text("sdpa\n")
-    git("commit", "-qam", "attention: scaled_dot_product_attention kernels")
-    return repo
+    return two_commit_repo(repo, "attention.txt", ("eager\n", "base: eager attention"),
+                           ("sdpa\n", "attention: scaled_dot_product_attention kernels"))
 
 
 class Lines(core.CompareObserver):
