@@ -18,6 +18,11 @@ Branches, each one commit on top of ``main`` (the base):
   emits token 0, scripts/make_test_models.py) no proposal is accepted again.
 * ``fails-to-start``: the plugin raises at load, so the engine dies during start-up.
 
+Every commit also reads the environment variable ``SPECPERF_TESTEXT_STEP_SLOWDOWN`` (a
+fraction, default 0) in each engine process and adds it to ``STEP_SLOWDOWN``: a change the
+engine feels that no commit contains, set through an engine's ``env`` in the config (issue 26's
+"was the good number real": the same commits measured lower after the environment moved).
+
 ``slow-step``'s delay is a busy wait, so it costs CPU time as a slower kernel would, but no
 op (a profile shows it as the step's own time outside ops). Usage:
 ``python make_engine_repo.py PATH`` (PATH must not exist or be empty).
@@ -29,6 +34,7 @@ from pathlib import Path
 
 PLUGIN = '''"""specperf's test engine extension (a vLLM general plugin)."""
 
+import os
 import time
 
 STEP_SLOWDOWN = {step}
@@ -80,9 +86,11 @@ def install():
     if getattr(runner, "_specperf_testext", False):
         return
     runner._specperf_testext = True
-    if STEP_SLOWDOWN:
-        runner.execute_model = _slower(runner.execute_model, STEP_SLOWDOWN)
-        runner.sample_tokens = _slower(runner.sample_tokens, STEP_SLOWDOWN)
+    # the environment's share of the slowdown: the same in every commit
+    step = STEP_SLOWDOWN + float(os.environ.get("SPECPERF_TESTEXT_STEP_SLOWDOWN") or 0)
+    if step:
+        runner.execute_model = _slower(runner.execute_model, step)
+        runner.sample_tokens = _slower(runner.sample_tokens, step)
     if SPEC_MATMUL_N:
         runner.propose_draft_token_ids = _with_matmul(runner.propose_draft_token_ids, SPEC_MATMUL_N)
     if BREAK_DRAFT:

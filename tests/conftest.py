@@ -314,11 +314,13 @@ def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
 @dataclass
 class SessionCompare:
     """The session's real-engine compare: ``result`` (core.CompareResult), ``stored``
-    (storage.StoredRun) and ``hog`` (the Hog that ran during launches ``HOGGED``)."""
+    (storage.StoredRun), ``hog`` (the Hog that ran during launches ``HOGGED``) and ``db_path``
+    (the SQLite file it is stored in, run 1 there: a test that adds runs works on a copy)."""
 
     result: core.CompareResult
     stored: object
     hog: Hog
+    db_path: Path
 
 
 # Round 1 launches ABBA per mode, baseline first: 1-4 baseline (base, commit, commit, base),
@@ -352,9 +354,10 @@ def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     # (the hog is their subject; steal's judgement has tests of its own in tests/test_disturbance.py).
     disturbance = default_config(testenv).compare.disturbance.model_copy(
         update={"client_cpus_foreign_share": None, "steal_share": 1.0})
-    result, stored = vllm_compare(testenv, tmp_path_factory.mktemp("slow-spec"), "slow-spec", ["baseline", "eagle3"],
+    workdir = tmp_path_factory.mktemp("slow-spec")
+    result, stored = vllm_compare(testenv, workdir, "slow-spec", ["baseline", "eagle3"],
                                   hog, port, margin_pct=5.0, max_trials=4, pairing="sequential", disturbance=disturbance)
-    return SessionCompare(result, stored, hog)
+    return SessionCompare(result, stored, hog, workdir / "db.sqlite")
 
 
 def _as_postgres(argv: list[str]) -> list[str]:
