@@ -305,7 +305,8 @@ class _Started(BisectObserver):
 async def bisect(config: core.Config, db, request: BisectRequest, session: Session,
                  observer: Callable[[storage.BisectStore], BisectObserver] | None = None,
                  on_run: Callable[[int], Awaitable[None] | None] | None = None,
-                 ) -> tuple[storage.BisectStore, BisectResult]:
+                 detach: Callable[[], bool] | None = None,
+                 bot_job: int | None = None) -> tuple[storage.BisectStore, BisectResult]:
     """Run ``request`` under the host lock: reconcile, then bisect, recorded by a
     :class:`storage.BisectStore` (its ``run_id`` once the range is resolved, ``compare_runs``
     per step) with ``observer(store)`` beside it; ``on_run(run_id)`` as soon as the bisect run
@@ -314,7 +315,11 @@ async def bisect(config: core.Config, db, request: BisectRequest, session: Sessi
     On a Slurm host there is no host lock: each step's compare is a Slurm job of its own, and
     each round runs ``[slurm].bisect_parallel`` of them side by side (:func:`bot._slurm_batch.bisect_parallel`:
     a k-ary search, core._experiments.bisection); the result's ``spend`` compares the node-hours used
-    with a sequential bisect's.
+    with a sequential bisect's. There, for the bot's job ``bot_job``, a step whose compare an
+    interrupted earlier attempt of that job submitted follows that Slurm job again
+    (:class:`storage.BisectStore`, :func:`bot._slurm_batch.bisect_runner`), and ``detach()`` says, when the
+    bisect is cancelled, whether its running jobs are left to Slurm (a bot stopping cleanly)
+    rather than cancelled.
 
     Raises:
         core.HostBusyError: the host is busy and ``session.wait`` is false.
@@ -322,9 +327,9 @@ async def bisect(config: core.Config, db, request: BisectRequest, session: Sessi
     host = request.host
     if isinstance(host, SlurmHost):
         request = dataclasses.replace(request, parallel=await slurm.bisect_parallel(host))
-        store = storage.BisectStore(db, request, compare_extra=slurm.run_settings())
+        store = storage.BisectStore(db, request, compare_extra=slurm.run_settings(), bot_job=bot_job)
         await _reconcile(db, config, session)
-        return await _bisect(config, request, store, session, observer, on_run, slurm.bisect_runner(db, store))
+        return await _bisect(config, request, store, session, observer, on_run, slurm.bisect_runner(db, store, detach))
     async with host.lock(lock_owner(session.doing), wait=session.wait, on_wait=session.on_wait):
         await _reconcile(db, config, session)
         return await _bisect(config, request, storage.BisectStore(db, request), session, observer, on_run, None)

@@ -18,9 +18,11 @@ configured one. When Slurm ends the job (``scancel``, time limit, preemption) it
 SIGTERM: the worker stops the engine's process group and marks the run interrupted.
 
 A bisect on a Slurm host (:func:`bisect_runner`) runs each step's compare as such a job, the
-compares of one round side by side on separate nodes. A restarted bot finds a compare's job
-again by the run's stored job id, checked against Slurm's name and comment
-(:func:`adoptable`), and follows it to its end (:func:`follow_again`).
+compares of one round side by side on separate nodes; a bisect queued again after its bot
+stopped or died follows the jobs its interrupted attempt submitted instead of submitting them
+again, and one that will not run again has them cancelled (:func:`cancel_bisect_steps`). A
+restarted bot finds a compare's job again by the run's stored job id, checked against Slurm's
+name and comment (:func:`adoptable`), and follows it to its end (:func:`follow_again`).
 
 :func:`settle` (run by every command that reconciles) closes the runs of jobs that Slurm has
 ended, with Slurm's state and reason (``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``...), also
@@ -167,16 +169,39 @@ def adoptable(run: storage.Run | None, said: SlurmJob | None) -> bool:
     return said is None or (said.ours and said.name == f"{SlurmHost.JOB_PREFIX}{run.id}")
 
 
-def bisect_runner(db, store: storage.BisectStore) -> CompareRunner:
+def bisect_runner(db, store: storage.BisectStore, detach: Callable[[], bool] | None = None) -> CompareRunner:
     """How a bisect on a Slurm host runs each step (a :data:`core._experiments.bisection.CompareRunner`): as a Slurm job
     of its own (:func:`run`) into the compare run ``store`` recorded for the step, so the
     compares of one round run side by side on separate nodes; each step gets the job's node
-    time (``node_s``: Slurm's run time of the job) and ``where`` (``Slurm job 12 on node2``)."""
+    time (``node_s``: Slurm's run time of the job) and ``where`` (``Slurm job 12 on node2``).
+
+    A step whose compare an interrupted bisect had submitted (``store.resumed``: a bot stopped
+    or killed mid-bisect, its job queued again) is not submitted again: its Slurm job is
+    followed again (:func:`follow_again`), or its verdict taken when the job had finished; a
+    taken job that Slurm ended without a verdict is submitted anew. Cancelled, a step's job is
+    cancelled unless ``detach()`` says to leave it running (the bot stopping cleanly: the bisect
+    is queued again and the next bot's attempt follows the job)."""
 
     async def run_step(step: BisectStep, request: CompareRequest,
                        observer: core.CompareObserver | None) -> core.CompareResult:
-        run_id = await run(db, request, (step.base_sha, step.head_sha), observer,
-                           run_id=store.compare_runs[step.number])
+        run_id = store.compare_runs[step.number]
+        shas = (step.base_sha, step.head_sha)
+        if step.number in store.resumed:
+            stored = await _load(db, run_id)
+            said = (f"step {step.number}: Slurm job {stored.run.settings['slurm']['job_id']} (run {run_id}), submitted "
+                    "by an interrupted attempt of this bisect,")
+            _say(observer, f"{said} is followed again" if stored.run.status == "running"
+                 else f"{said} had finished: its verdict is taken")
+            # also for a finished one: Slurm's record of its end (run time, node) is kept
+            await follow_again(db, cast(SlurmHost, request.host), run_id, observer, detach)
+            stored = await _load(db, run_id)
+            if stored.run.status != "done":
+                _say(observer, f"step {step.number}: that job ended without a verdict ({stored.run.reason}): "
+                               "submitting the step again")
+                await asyncio.to_thread(store.record_step, step, request)
+                run_id = await run(db, request, shas, observer, run_id=store.compare_runs[step.number], detach=detach)
+        else:
+            run_id = await run(db, request, shas, observer, run_id=run_id, detach=detach)
         stored = await _load(db, run_id)
         job = stored.run.settings["slurm"]
         step.node_s = job.get("run_s")
@@ -184,6 +209,29 @@ def bisect_runner(db, store: storage.BisectStore) -> CompareRunner:
         return stored_result(stored)
 
     return run_step
+
+
+def _say(observer: core.CompareObserver | None, line: str) -> None:
+    if observer is not None:
+        observer.progress(line)
+
+
+async def cancel_bisect_steps(db, host: SlurmHost, bot_job: int) -> list[str]:
+    """``scancel`` the Slurm jobs of bot job ``bot_job``'s bisect steps that are not yet
+    recorded as ended (the job has ended: nothing will follow them); the job ids asked.
+    :func:`settle` marks their runs once Slurm has ended them. A job Slurm cannot be asked to
+    cancel now is logged and left to its time limit."""
+    asked = []
+    for run in await asyncio.to_thread(storage.unsettled_slurm_runs, db):
+        job_id = run.settings["slurm"].get("job_id")
+        if run.settings.get("bot_job") != bot_job or not run.settings.get("bisect") or not job_id:
+            continue
+        try:
+            await host.cancel(job_id)
+            asked.append(job_id)
+        except core.HostError as exc:
+            log.warning("run %s: cannot cancel its Slurm job %s now (%s)", run.id, job_id, exc)
+    return asked
 
 
 async def bisect_parallel(host: SlurmHost) -> int:

@@ -3,11 +3,13 @@ and the queries behind ``specperf show`` and ``specperf history``.
 
 A bisect is a run of kind ``bisect`` whose ``settings["bisect"]`` holds its steps (commit,
 verdict, the compare run's id, launches); each step's compare is an ordinary compare run
-whose ``settings["bisect"]`` names the bisect run and the step."""
+whose ``settings["bisect"]`` names the bisect run and the step. A bisect on a Slurm host may
+take over the step runs of an interrupted bisect of the same range (:meth:`BisectStore.compare_observer`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 
 from sqlalchemy import Engine
@@ -176,12 +178,21 @@ class BisectStore(BisectObserver):
     step's compare as its own compare run (a :class:`RunStore`), linked both ways;
     ``compare_runs`` maps each step number to its compare run's id. Every hook commits at once.
     ``compare_extra`` is merged into each compare run's settings (a Slurm bisect's
-    ``{"slurm": ...}``, so each is settled by its job's state)."""
+    ``{"slurm": ...}``, so each is settled by its job's state).
 
-    def __init__(self, db: Engine, request: BisectRequest, compare_extra: dict | None = None) -> None:
-        self.db, self.request, self.compare_extra = db, request, compare_extra or {}
+    ``bot_job`` (a Slurm bisect run by the bot: its job's id) is written into each step's run
+    (``settings["bot_job"]``), and a step whose compare an interrupted earlier attempt of the
+    same job already submitted (:func:`_take_step_run`) takes that run over instead of recording
+    a new one; ``resumed`` holds those step numbers, whose Slurm job the runner follows again
+    rather than submitting one (bot._slurm_batch.bisect_runner)."""
+
+    def __init__(self, db: Engine, request: BisectRequest, compare_extra: dict | None = None,
+                 bot_job: int | None = None) -> None:
+        self.db, self.request, self.bot_job = db, request, bot_job
+        self.compare_extra = {**(compare_extra or {}), **({"bot_job": bot_job} if bot_job is not None else {})}
         self.run_id: int | None = None
         self.compare_runs: dict[int, int] = {}  # step number -> the id of that step's compare run
+        self.resumed: set[int] = set()  # steps whose compare run an interrupted bisect recorded
 
     def started(self, good_sha: str, bad_sha: str, commits: list[str]) -> None:
         r = self.request
@@ -200,10 +211,22 @@ class BisectStore(BisectObserver):
             self.run_id = run.id
 
     def compare_observer(self, step: BisectStep, request: CompareRequest) -> CompareObserver:
+        link = {"run_id": self.run_id, "step": step.number, "kind": step.kind}
+        if self.bot_job is not None and \
+                (taken := _take_step_run(self.db, request, step.base_sha, step.head_sha, self.bot_job, link)) is not None:
+            self.compare_runs[step.number] = taken
+            self.resumed.add(step.number)
+            return CompareObserver()  # its Slurm job records it
+        return self.record_step(step, request)
+
+    def record_step(self, step: BisectStep, request: CompareRequest) -> RunStore:
+        """A new compare run for ``step`` (also for a resumed step whose taken run ended without
+        a verdict: it is measured again); its recorder."""
         store = RunStore(self.db)
         self.compare_runs[step.number] = store.create(
             request, step.base_sha, step.head_sha,
             extra={**self.compare_extra, "bisect": {"run_id": self.run_id, "step": step.number, "kind": step.kind}})
+        self.resumed.discard(step.number)
         return store
 
     def _update(self, changes: dict, **fields) -> None:
@@ -230,6 +253,48 @@ class BisectStore(BisectObserver):
         status = {"failed": "failed", "interrupted": "interrupted"}.get(result.status, "done")
         self._update({"outcome": result.status, **summary}, status=status, reason=result.message,
                      finished_at=utcnow())
+
+
+def _as_stored(value: object) -> object:
+    """``value`` as a JSON column gives it back (tuples as lists, and so on)."""
+    return json.loads(json.dumps(value))
+
+
+def _take_step_run(db: Engine, request: CompareRequest, base_sha: str, head_sha: str, bot_job: int,
+                   link: dict) -> int | None:
+    """The compare run that an interrupted earlier attempt of bot job ``bot_job`` recorded for
+    the same step, taken over by the bisect of ``link`` (``{"run_id", "step", "kind"}``, written
+    as the run's ``settings["bisect"]`` with ``resumed_from``: the bisect it came from); its id,
+    or ``None`` when there is none.
+
+    A run qualifies when it is a Slurm job's (its job id recorded) for the same bot job, still
+    running or done, of the same engine, host, workload, modes, commits, compare settings and
+    engine configuration, and the bisect that recorded it ended ``interrupted`` (its bot stopped
+    or was killed mid-bisect). Another job's bisect, even of the same range, never gives its
+    steps: a new bisect measures anew. The newest such run is taken; once taken, it belongs to
+    the new bisect."""
+    wanted = {"compare": _as_stored(request.settings.model_dump()), "workload": _as_stored(request.workload.model_dump()),
+              "engine": _as_stored(redact(request.engine.model_dump()))}
+    with Session(db) as session:
+        candidates = session.exec(select(Run).where(
+            Run.kind == "compare", Run.engine_name == request.engine_name, Run.host == request.host.name,
+            Run.workload_name == request.workload_name, Run.base_sha == base_sha, Run.head_sha == head_sha,
+            col(Run.status).in_(("running", "done"))).order_by(col(Run.id).desc()))
+        for run in candidates:
+            settings = run.settings or {}
+            earlier = (settings.get("bisect") or {}).get("run_id")
+            if settings.get("bot_job") != bot_job or not (settings.get("slurm") or {}).get("job_id") \
+                    or earlier is None or run.modes != list(request.modes) \
+                    or any(settings.get(key) != value for key, value in wanted.items()):
+                continue
+            parent = session.get(Run, earlier)
+            if parent is None or parent.kind != "bisect" or parent.status != "interrupted":
+                continue
+            run.settings = {**settings, "bisect": {**link, "resumed_from": earlier}}
+            session.add(run)
+            session.commit()
+            return run.id
+    return None
 
 
 @dataclasses.dataclass

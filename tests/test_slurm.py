@@ -479,6 +479,80 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
     assert len(slurm_cluster.run("squeue", "-h").stdout.split()) == 0
 
 
+async def test_a_slurm_bisect_is_followed_across_a_bot_restart(slurm_cluster, tmp_path, emulator, unused_tcp_port):
+    """``/specperf bisect`` on a Slurm host, its bot stopped cleanly (SIGTERM) while a later
+    round's compares run as Slurm jobs: nothing is cancelled, the bisect job is queued again
+    with that said in its thread, and the restarted bot's bisect takes every step its first
+    attempt submitted (finished: its verdict; running: its job followed again) and submits
+    only the steps never submitted: no compare is measured twice, and the culprit is found."""
+    from tests.bot_support import start_bot
+
+    shas = make_repo(tmp_path / "repo", linear_history(n=4, slow=3))
+    url, home, log = f"sqlite:///{tmp_path}/bot.db", tmp_path / "home", open(tmp_path / "bot.log", "w")
+    # slow: ITL x 20, so each launch's window takes about 3 s and a compare's 8 launches 30 s or more
+    config = write_config(tmp_path, tmp_path / "repo", unused_tcp_port, emulator.api_url, trials=4, lease_s=10,
+                          workload="output_len = 32\nconcurrency = 2\nrequests = 4\nwarmup_requests = 1\n")
+    config.write_text(slurm_host(tmp_path).replace("poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\n"
+                                                                      "bisect_parallel = 2\n")
+                      + config.read_text().replace('[engines.fake]\nkind = "command"\n',
+                                                   '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(
+        '[engines.fake.modes]\n', '[engines.fake.modes]\nslow = ["--itl-scale", "20"]\n').replace(
+        "cooldown_s = 0\n", "cooldown_s = 0\nmargin_pct = 5.0\n"))
+    db = storage.open_database(url)
+
+    def step_runs() -> list[storage.Run]:
+        return [run for run, _ in storage.list_runs(db, limit=None) if run.kind == "compare"]
+
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        await post_command(port, form("bisect good c4 --mode slow"))
+        # a later round under way: a compare after the first (confirm) running as a Slurm job, a launch started
+        await wait_for(lambda: any(not r.settings["bisect"]["kind"].startswith("confirm") and r.status == "running"
+                                   and r.settings["slurm"].get("job_id") and storage.load_run(db, r.id).trials
+                                   for r in step_runs()), 180, what="a later round's compare under way")
+        first_bisect = storage.list_jobs(db, ("running",))[0].run_id
+        os.kill(proc.pid, signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (job,) = storage.list_jobs(db, ("queued",))
+    assert "its Slurm jobs run on" in job.reason and job.attempts == 0, job.reason
+    left = {r.id: r.settings["slurm"]["job_id"] for r in step_runs()
+            if r.status == "running" and r.settings["slurm"].get("job_id")}
+    assert left
+    for job_id in left.values():  # left to Slurm, not cancelled
+        assert "CANCELLED" not in slurm_cluster.run("scontrol", "-o", "show", "job", job_id).stdout
+    assert storage.load_run(db, first_bisect).run.status == "interrupted"
+
+    proc, port = await start_bot(config, url, home, log)
+    try:
+        done = await wait_for(lambda: (j := storage.get_job(db, job.id)).status in ("done", "failed") and j, 300,
+                              what="the bisect's end after the restart")
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 60)
+        log.close()
+    assert done.status == "done", done.reason
+    bisect = storage.load_run(db, done.run_id).run
+    assert bisect.id != first_bisect and bisect.settings["bisect"]["outcome"] == "found", bisect.settings["bisect"]
+    assert bisect.settings["bisect"]["culprit"] == shas["c3"]
+    steps = bisect.settings["bisect"]["steps"]
+    runs = {r.id: r for r in step_runs()}
+    taken = [s for s in steps if runs[s["compare_run_id"]].settings["bisect"].get("resumed_from") == first_bisect]
+    assert {s["compare_run_id"] for s in taken} >= set(left), (steps, left)  # the running ones followed again
+    for run_id, job_id in left.items():
+        assert runs[run_id].settings["slurm"]["job_id"] == job_id and runs[run_id].status == "done"
+    # no step was submitted twice: one Slurm job per (commits, kind) of the bisect's steps
+    submitted = [(r.base_sha, r.head_sha, r.settings["bisect"]["kind"]) for r in runs.values()
+                 if r.settings["slurm"].get("job_id")]
+    assert sorted(submitted) == sorted((s["base_sha"], s["head_sha"], s["kind"]) for s in steps), (submitted, steps)
+    thread = [p.body["text"] for p in emulator.recorded("chat.postMessage")
+              if p.body.get("thread_ts") == done.slack["thread_ts"]]
+    assert any("its Slurm jobs run on" in text for text in thread), thread
+    assert len(slurm_cluster.run("squeue", "-h").stdout.split()) == 0
+
+
 def test_slurm_host_config_errors_name_the_fix():
     with pytest.raises(core.ConfigError, match="needs workdir"):
         core.parse_config('[hosts.c]\nkind = "slurm"\n')
@@ -583,10 +657,13 @@ class _SaidSlurm(SlurmHost):
     def __init__(self, jobs: dict, workdir: Path) -> None:
         config = core.parse_config(slurm_host(workdir)).hosts["cluster"]
         super().__init__("cluster", config, str(workdir))
-        self.jobs_said = jobs
+        self.jobs_said, self.cancelled = jobs, []
 
     async def job(self, job_id):
         return self.jobs_said.get(job_id)
+
+    async def cancel(self, job_id):
+        self.cancelled.append(job_id)
 
 
 async def test_settling_keeps_a_finished_run_and_marks_a_run_slurm_ended(tmp_path):
@@ -654,3 +731,80 @@ def test_slurm_durations_and_which_jobs_a_restarted_bot_follows_again():
     assert not _slurm.adoptable(run(), SlurmJob("12", "theirs", "", "RUNNING", None, None))
     assert not _slurm.adoptable(run(kind="bisect"), ours) and not _slurm.adoptable(run(job_id=None), ours)
     assert not _slurm.adoptable(None, ours)
+
+
+def test_a_slurm_bisect_takes_over_only_the_step_runs_an_interrupted_bisect_submitted(tmp_path):
+    """The rules by which a bisect queued again after its bot stopped finds the compares its
+    interrupted attempt submitted (storage.BisectStore with ``bot_job``): same commits, settings
+    and engine, a Slurm job submitted, still running or done, and the bisect that recorded it
+    interrupted, for the same bot job; once taken, a run belongs to the new bisect. A bisect job
+    that has ended has the Slurm jobs of its steps that no attempt followed cancelled."""
+    from bot import _slurm_batch as _slurm
+    from core._experiments.bisection import BisectRequest, BisectStep
+
+    db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
+    host = _SaidSlurm({}, tmp_path)
+    settings = core.CompareConfig(min_trials=4, max_trials=4, profile="never")
+    bisect = BisectRequest(engine_name="e", engine=core.EngineConfig(kind="command", command=["x"]), workload_name="w",
+                           workload=core.WorkloadConfig(), good_ref="good", bad_ref="bad", mode="baseline",
+                           settings=settings, host=host)
+    good, bad = "a" * 40, "b" * 40
+
+    def step_request(compare=settings):
+        return CompareRequest(engine_name="e", engine=bisect.engine, workload_name="w", workload=bisect.workload,
+                              head_ref=bad, base_ref=good, modes=["baseline"], settings=compare, host=host)
+
+    def attempt(bot_job=7):
+        store = storage.BisectStore(db, bisect, compare_extra=_slurm.run_settings(), bot_job=bot_job)
+        store.started(good, bad, [bad])
+        return store
+
+    step = BisectStep(1, "confirm", good, bad, 1)
+    first = attempt()
+    first.compare_observer(step, step_request())
+    submitted = first.compare_runs[1]
+    storage.update_settings(db, submitted, "slurm", {"job_id": "41"})
+
+    while_running = attempt()  # the first bisect still runs: its step is its own
+    while_running.compare_observer(step, step_request())
+    assert while_running.compare_runs[1] != submitted and not while_running.resumed
+    for store in (first, while_running):
+        storage.mark_abandoned(db, store.run_id, "the bot that ran it stopped", "interrupted")
+
+    elsewise = attempt()
+    elsewise.compare_observer(step, step_request(settings.model_copy(update={"max_trials": 8})))
+    assert elsewise.compare_runs[1] != submitted and not elsewise.resumed  # other trials: another compare
+    for bot_job in (None, 8):  # the CLI's bisect; another job's bisect of the same range
+        other = attempt(bot_job)
+        other.compare_observer(step, step_request())
+        assert other.compare_runs[1] != submitted and not other.resumed
+    storage.mark_abandoned(db, elsewise.run_id, "stopped", "interrupted")
+
+    second = attempt()
+    second.compare_observer(step, step_request())
+    assert second.compare_runs[1] == submitted and second.resumed == {1}  # the newest: the submitted one
+    assert storage.load_run(db, submitted).run.settings["bisect"] == {
+        "run_id": second.run_id, "step": 1, "kind": "confirm", "resumed_from": first.run_id}
+    third = attempt()  # the second still runs: the run is its now
+    third.compare_observer(step, step_request())
+    assert third.compare_runs[1] != submitted and not third.resumed
+
+    # a run never submitted (no job id), or one that ended without a verdict, is not taken
+    storage.mark_abandoned(db, second.run_id, "stopped", "interrupted")
+    storage.update_settings(db, submitted, "slurm", {"ended": True, "state": "CANCELLED"})  # as settle records it
+    storage.mark_abandoned(db, submitted, "Slurm job 41 was cancelled (scancel)", "interrupted")
+    fourth = attempt()
+    fourth.compare_observer(step, step_request())
+    assert fourth.compare_runs[1] != submitted and not fourth.resumed
+    # record_step: a taken step measured anew gets a run of its own
+    fourth.resumed.add(1)
+    fourth.record_step(step, step_request())
+    assert not fourth.resumed and storage.load_run(db, fourth.compare_runs[1]).run.settings["bisect"]["run_id"] == \
+        fourth.run_id
+
+    # bot job 7 has ended: the Slurm jobs of its steps still running are cancelled (of every attempt),
+    # not job 8's
+    storage.update_settings(db, fourth.compare_runs[1], "slurm", {"job_id": "44"})
+    storage.update_settings(db, third.compare_runs[1], "slurm", {"job_id": "43"})
+    storage.update_settings(db, other.compare_runs[1], "slurm", {"job_id": "48"})
+    assert asyncio.run(_slurm.cancel_bisect_steps(db, host, 7)) == ["43", "44"] and host.cancelled == ["43", "44"]

@@ -248,6 +248,8 @@ class JobQueue:
             await self._notify(self.notifier.job_reconciled(job, status, reason))
             if status == "queued":
                 self.wake(job.host)
+            else:
+                await self._bisect_ended(job)
         return reconciled
 
     async def _reconciler(self, interval_s: float) -> None:
@@ -355,6 +357,7 @@ class JobQueue:
         if await asyncio.to_thread(storage.cancel_queued, self.db, job_id, reason):
             job = await asyncio.to_thread(storage.get_job, self.db, job_id)
             await self.notifier.job_cancelled(job, reason)
+            await self._bisect_ended(job)  # a bisect queued again may have left Slurm jobs running
             return f"job {job_id} was queued and is now cancelled"
         task = self._running.get(job_id)
         if task is None:
@@ -493,7 +496,8 @@ class JobQueue:
                 bisect = app.bisect_request(self.config, choice, host, job.args["good_ref"], job.args["bad_ref"],
                                             job.args["mode"])
                 _, result = await app.bisect(self.config, self.db, bisect, session,
-                                             lambda store: JobBisectProgress(job, self.notifier), on_run=started)
+                                             lambda store: JobBisectProgress(job, self.notifier), on_run=started,
+                                             detach=self._detaching, bot_job=job.id)
             elif isinstance(host, SlurmHost):  # one Slurm job; Slurm's kill re-queues the job once
                 if adopted_run is not None:  # submitted by a bot that is gone: follow its Slurm job again
                     await slurm.follow_again(self.db, host, adopted_run, JobProgress(job, self.notifier),
@@ -528,7 +532,10 @@ class JobQueue:
             if reason is None and await self._left_to_slurm(job, run_id):
                 raise
             if reason is None:  # the bot is stopping: the engine is stopped, the run interrupted
-                reason = ("the bot was stopped cleanly while this job ran; its engine was stopped and the job is "
+                reason = ("the bot was stopped cleanly while this bisect ran; its Slurm jobs run on and the job is "
+                          "queued again: when a bot runs, the bisect starts over and follows them again"
+                          if self._slurm_bisect(job) else  # app.bisect's detach left its step jobs running
+                          "the bot was stopped cleanly while this job ran; its engine was stopped and the job is "
                           "queued again (it starts over when a bot runs)")
                 await self.retrying(storage.requeue, self.db, job.id, reason)
                 log.warning("job %s: %s", job.id, reason)
@@ -536,6 +543,7 @@ class JobQueue:
                 raise
             await self.retrying(storage.update_job, self.db, job.id, status="cancelled", reason=reason)
             await self._notify(self.notifier.job_cancelled(job, reason))
+            await self._bisect_ended(job)
             return
         except Exception as exc:  # a job's failure must never stop its host's worker
             await self._failed(job, run_id, claimed_at, exc)
@@ -559,6 +567,7 @@ class JobQueue:
             log.exception("job %s failed unexpectedly", job.id, exc_info=exc)
         await self.retrying(storage.update_job, self.db, job.id, status="failed", reason=message, job=job)
         await self._notify(self.notifier.job_finished(job, run_id, None, message))
+        await self._bisect_ended(job)
 
     async def _finished(self, job: storage.Job, run_id: int | None,
                         result: core.CompareResult | BisectResult | app.WatchResult) -> None:
@@ -570,6 +579,31 @@ class JobQueue:
         kept = {"reason": reason} if reason else {}
         await self.retrying(storage.update_job, self.db, job.id, status=status, job=job, **kept)
         await self._notify(self.notifier.job_finished(job, run_id, result, None))
+        await self._bisect_ended(job)
+
+    async def _bisect_ended(self, job: storage.Job) -> None:
+        """For a bisect on a Slurm host that will not run again (done, failed or cancelled): cancel
+        the Slurm jobs of its steps that no attempt followed to their end, and say so in its thread."""
+        if not self._slurm_bisect(job):
+            return
+        host = self.host(job.host)
+        assert isinstance(host, SlurmHost)
+        try:
+            asked = await slurm.cancel_bisect_steps(self.db, host, job.id)
+        except SQLAlchemyError as exc:  # never stops the worker: settle closes the runs when Slurm ends them
+            log.warning("job %s: its bisect's Slurm jobs cannot be looked up now (%s)", job.id,
+                        storage.short_error(exc))
+            return
+        if asked:
+            note = (f"job {job.id}: the bisect has ended; scancel was sent to the Slurm jobs of its steps that no "
+                    f"attempt followed to their end: {', '.join(asked)}")
+            log.warning(note)
+            await self._notify(self.notifier.job_note(job, note))
+
+    def _slurm_bisect(self, job: storage.Job) -> bool:
+        """Whether ``job`` is a bisect on a Slurm host (each step a Slurm job of its own)."""
+        host = self.config.hosts.get(job.host)
+        return job.kind == "bisect" and host is not None and host.kind == "slurm"
 
     def _detaching(self) -> bool:
         """Whether a cancelled Slurm compare leaves its Slurm job running: the bot is stopping
