@@ -56,14 +56,15 @@ COMMITS = [
 
 
 def linear_history(n: int = 16, slow: int = 8, broken: int = 0, noise: float = 0.004, tag: str = "c",
-                   first: str = "good") -> list[tuple[str, str, dict]]:
+                   first: str = "good", slow_itl: float = 2.2) -> list[tuple[str, str, dict]]:
     """A first commit (tag ``first``) and ``n`` commits after it (tags ``<tag>1``..``<tag>N``):
-    ``<tag><slow>`` (subject "slower decode step") and every later commit have ITL x 1.10;
-    ``<tag><broken>`` alone exits at start; 0 plants neither. For :func:`make_repo`."""
+    ``<tag><slow>`` (subject "slower decode step") and every later commit have ITL ``slow_itl``
+    ms against 2.0 (x 1.10 by default); ``<tag><broken>`` alone exits at start; 0 plants neither.
+    For :func:`make_repo`."""
     commits = [(first, first, {"itl": 2.0, "noise": noise, "fails": False, "comment": ""})]
     for i in range(1, n + 1):
         subject = "slower decode step" if i == slow else "breaks start-up" if i == broken else f"refactor {i}"
-        knobs = {"itl": 2.2 if slow and i >= slow else 2.0, "noise": noise, "fails": i == broken,
+        knobs = {"itl": slow_itl if slow and i >= slow else 2.0, "noise": noise, "fails": i == broken,
                  "comment": f"# change {i}"}
         commits.append((f"{tag}{i}", subject, knobs))
     return commits
