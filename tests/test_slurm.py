@@ -481,12 +481,15 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
     assert len(slurm_cluster.run("squeue", "-h").stdout.split()) == 0
 
 
-async def test_a_slurm_bisect_is_followed_across_a_bot_restart(slurm_cluster, tmp_path, emulator, unused_tcp_port):
-    """``/specperf bisect`` on a Slurm host, its bot stopped cleanly (SIGTERM) while a later
-    round's compares run as Slurm jobs: nothing is cancelled, the bisect job is queued again
-    with that said in its thread, and the restarted bot's bisect takes every step its first
-    attempt submitted (finished: its verdict; running: its job followed again) and submits
-    only the steps never submitted: no compare is measured twice, and the culprit is found."""
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+async def test_a_slurm_bisect_is_followed_across_a_bot_restart(slurm_cluster, tmp_path, emulator, unused_tcp_port,
+                                                               stop):
+    """``/specperf bisect`` on a Slurm host, its bot stopped while a later round's compares run
+    as Slurm jobs, cleanly (SIGTERM: the bisect job is queued again at once, said in its thread)
+    or killed (SIGKILL: the restarted bot queues it again, spending its one crash re-queue):
+    nothing is cancelled, and the restarted bot's bisect takes every step its first attempt
+    submitted (finished: its verdict; running: its job followed again) and submits only the
+    steps never submitted: no compare is measured twice, and the culprit is found."""
     from tests.bot_support import start_bot
 
     shas = make_repo(tmp_path / "repo", linear_history(n=4, slow=3, slow_itl=2.6))  # 30% slower, 10% margin
@@ -513,19 +516,22 @@ async def test_a_slurm_bisect_is_followed_across_a_bot_restart(slurm_cluster, tm
                                    and r.settings["slurm"].get("job_id") and storage.load_run(db, r.id).trials
                                    for r in step_runs()), 180, what="a later round's compare under way")
         first_bisect = storage.list_jobs(db, ("running",))[0].run_id
-        os.kill(proc.pid, signal.SIGTERM)
-        assert await asyncio.to_thread(proc.wait, 60) == 0
+        os.kill(proc.pid, getattr(signal, stop))
+        assert await asyncio.to_thread(proc.wait, 60) == (0 if stop == "SIGTERM" else -signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
-    (job,) = storage.list_jobs(db, ("queued",))
-    assert "its Slurm jobs run on" in job.reason and job.attempts == 0, job.reason
+    if stop == "SIGTERM":
+        (job,) = storage.list_jobs(db, ("queued",))
+        assert "its Slurm jobs run on" in job.reason and job.attempts == 0, job.reason
+        assert storage.load_run(db, first_bisect).run.status == "interrupted"
+    else:  # left running by a dead bot: the next one reconciles it
+        (job,) = storage.list_jobs(db, ("running",))
     left = {r.id: r.settings["slurm"]["job_id"] for r in step_runs()
             if r.status == "running" and r.settings["slurm"].get("job_id")}
     assert left
     for job_id in left.values():  # left to Slurm, not cancelled
         assert "CANCELLED" not in slurm_cluster.run("scontrol", "-o", "show", "job", job_id).stdout
-    assert storage.load_run(db, first_bisect).run.status == "interrupted"
 
     proc, port = await start_bot(config, url, home, log)
     try:
@@ -536,6 +542,8 @@ async def test_a_slurm_bisect_is_followed_across_a_bot_restart(slurm_cluster, tm
         await asyncio.to_thread(proc.wait, 60)
         log.close()
     assert done.status == "done", done.reason
+    assert done.attempts == (0 if stop == "SIGTERM" else 1)  # a crash spends the one re-queue
+    assert storage.load_run(db, first_bisect).run.status == "interrupted"
     bisect = storage.load_run(db, done.run_id).run
     assert bisect.id != first_bisect and bisect.settings["bisect"]["outcome"] == "found", bisect.settings["bisect"]
     assert bisect.settings["bisect"]["culprit"] == shas["c3"]
@@ -551,7 +559,8 @@ async def test_a_slurm_bisect_is_followed_across_a_bot_restart(slurm_cluster, tm
     assert sorted(submitted) == sorted((s["base_sha"], s["head_sha"], s["kind"]) for s in steps), (submitted, steps)
     thread = [p.body["text"] for p in emulator.recorded("chat.postMessage")
               if p.body.get("thread_ts") == done.slack["thread_ts"]]
-    assert any("its Slurm jobs run on" in text for text in thread), thread
+    said = "its Slurm jobs run on" if stop == "SIGTERM" else "stopped while this job ran"
+    assert any(said in text for text in thread), thread
     assert len(slurm_cluster.run("squeue", "-h").stdout.split()) == 0
 
 
