@@ -73,11 +73,12 @@ def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(sl
     for role, sha in (("base", past.base_sha), ("head", past.head_sha)):
         check = checks[role]
         assert check["run_id"] == past.id and check["sha"] == sha and check["outcome"] == "below", check
-        # 1 / 1.3 of the step rate is -23%; measured -32.6/-29.0% and -17.6/-15.2% (base/head) in two
-        # suite runs on 2026-12-05: the past is the session compare's 4 sequential launches, whose level
-        # moved from 361 to 263 tok/s between those runs (the quiet machine: 355-365 in both pairings).
-        # "below" (beyond both runs' spread) is the finding; this bound only rules out nonsense.
-        assert -45.0 < check["change_pct"] < -8.0, check
+        # 1 / 1.3 of the step rate is -23%; measured -32.6/-29.0%, -17.6/-15.2% and -39.7/-35.4%
+        # (base/head) in three suite runs on 2026-12-05: the past is the session compare's 4 sequential
+        # launches, whose level moved between 263 and 361 tok/s (the quiet machine: 355-365 in both
+        # pairings), and today's client shares CPU 0 with the rest tier. "below" (beyond both runs'
+        # spread) is the finding; this bound only rules out nonsense.
+        assert -60.0 < check["change_pct"] < -8.0, check
         assert check["changes"][0] == f"env {VARIABLE} (unset) -> 0.3", check["changes"]
     first = report["headline"].splitlines()[0]
     assert first.startswith("baseline: both arms are about -"), first
