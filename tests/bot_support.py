@@ -114,7 +114,7 @@ def check_verdict_thread(bot, emulator, job, host: str, modes: tuple[str, ...]):
     upload = emulator.recorded("files.completeUploadExternal")[0]
     assert upload.body["channel_id"] == "C_ALLOWED" and upload.body["thread_ts"] == thread_ts
     assert emulator.file(upload.body["files"][0]["id"])[:4] == b"\x89PNG"
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in stored.trials)
     return stored
 
 

@@ -128,16 +128,38 @@ def exact_server() -> Iterator:
         server.close()
 
 
-def group_members(pgid: int) -> list[psutil.Process]:
-    """Every live (non-zombie) process whose process group is ``pgid``, read from the process table."""
+def group_members(pgid: int, log_path: str | None = None) -> list[psutil.Process]:
+    """Every live (non-zombie) process whose process group is ``pgid``, read from the process table.
+
+    With ``log_path`` (the trial's engine log), only those whose standard output or error is that
+    file: an engine and everything it spawns inherit both, while a process group of someone
+    else that later got the same id (Linux recycles pids, and with ``pid_max`` 32768 a suite
+    that starts thousands of processes wraps around within minutes) does not. A process whose
+    descriptors cannot be read counts as a member."""
+    wanted = os.path.realpath(log_path) if log_path else None
     members = []
     for proc in psutil.process_iter(["pid", "status"]):
         try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc)
+            if os.getpgid(proc.pid) != pgid or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue
+        if wanted is None or {wanted, None} & _outputs(proc.pid):
+            members.append(proc)
     return members
+
+
+def _outputs(pid: int) -> set[str | None]:
+    """Where process ``pid``'s descriptors 1 and 2 point; ``{None}`` when they cannot be read."""
+    targets: set[str | None] = set()
+    for fd in (1, 2):
+        try:
+            targets.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            continue  # that descriptor is closed, or the process has gone
+        except OSError:
+            return {None}
+    return targets
 
 
 @pytest.fixture(scope="session")

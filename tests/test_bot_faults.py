@@ -497,7 +497,7 @@ async def test_a_bot_that_cannot_renew_its_lease_stops_its_job_before_the_lease_
     logged = (tmp_path / "bot.log").read_text()
     assert "job 1: stopping it: this bot's lease was last renewed 2 s ago (the lease is 3 s)" in logged
     assert "job 1: queued again" in logged and "Traceback" not in logged
-    assert all(group_members(t.pgid) == [] for t in launched())
+    assert all(group_members(t.pgid, t.log_path) == [] for t in launched())
 
 
 def test_a_command_resumed_after_its_job_was_queued_finds_that_job(tmp_path):

@@ -165,7 +165,7 @@ async def test_cancel_stops_a_running_job_and_its_engine(make_bot, emulator):
     reply = await wait_for(lambda: [c for c in emulator.recorded("response") if c.body["name"] == "c"], 30,
                            what="the cancel reply")
     assert "engine was stopped" in reply[0].body["text"]
-    assert group_members(trial.pgid) == []
+    assert group_members(trial.pgid, trial.log_path) == []
     job = storage.get_job(bot.db, 1)
     assert job.status == "cancelled" and "cancelled by <@U_ALLOWED>" in job.reason
     assert storage.load_run(bot.db, job.run_id).run.status == "interrupted"
@@ -243,7 +243,7 @@ async def test_stopping_the_bot_stops_the_engine_and_requeues_the_job(make_bot, 
     await post_command(bot.port, form("compare slow --modes baseline", response_url=emulator.response_url()))
     trial = await wait_for(lambda: next((t for t in _trials(bot.db) if t.pgid), None), 60, what="a launch")
     await bot.stop()
-    assert group_members(trial.pgid) == []
+    assert group_members(trial.pgid, trial.log_path) == []
     job = storage.get_job(bot.db, 1)
     # a clean stop does not spend the crash re-queue, and says so in the job's thread
     assert (job.status, job.attempts) == ("queued", 0) and "stopped cleanly" in job.reason

@@ -78,7 +78,7 @@ async def test_a_killed_bot_is_reconciled_and_every_queued_job_runs_once(tmp_pat
     config.write_text(config.read_text().replace(LONG, SHORT))  # the jobs that follow are quick
     proc, port = await _start(config, url, home, log)
     try:
-        assert group_members(trial.pgid) == []  # stopped by the reconcile, before "listening"
+        assert group_members(trial.pgid, trial.log_path) == []  # stopped by the reconcile, before "listening"
         done = await wait_for(
             lambda: len(storage.list_jobs(db, ("done", "failed"))) == 3 and storage.list_jobs(db, ("done", "failed")),
             300, what="all three jobs finished", interval=0.5)
@@ -105,7 +105,7 @@ async def test_a_killed_bot_is_reconciled_and_every_queued_job_runs_once(tmp_pat
     notes = [p.body["text"] for p in emulator.recorded("chat.postMessage")
              if p.body.get("thread_ts") == first.slack["thread_ts"]]
     assert any("was interrupted" in t and "queued again" in t for t in notes)
-    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in _trials(db) if t.pgid)
     logged = (tmp_path / "bot.log").read_text()
     assert "xoxb-test-token" not in logged and "test-signing-secret" not in logged  # secrets never logged
 
@@ -150,7 +150,7 @@ async def test_sigterm_mid_run_stops_the_bot_cleanly(tmp_path, emulator, unused_
             proc.kill()
         log.close()
     assert proc.returncode == 0
-    assert group_members(trial.pgid) == []
+    assert group_members(trial.pgid, trial.log_path) == []
     first = storage.get_job(db, 1)
     # a clean stop re-queues without spending the crash re-queue (issue 14)
     assert (first.status, first.attempts) == ("queued", 0) and "stopped cleanly" in first.reason

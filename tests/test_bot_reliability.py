@@ -85,7 +85,7 @@ async def test_a_bot_restarted_as_a_new_container_reclaims_the_dead_bots_job(tmp
     config.write_text(config.read_text().replace(LONG, SHORT))
     proc, port = await start_bot(config, url, home, log, _container("box-b", False))
     try:
-        assert group_members(trial.pgid) == []
+        assert group_members(trial.pgid, trial.log_path) == []
         first = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 120,
                                what="job 1 run again")
         assert first.status == "done", first.reason
@@ -118,7 +118,7 @@ async def test_a_bot_restarted_as_a_new_container_reclaims_the_dead_bots_job(tmp
                                 120, what="job 2 reclaimed after its owner's lease ran out")
         assert second.status == "done" and second.attempts == 1, second.reason
         assert "pid 1 on box-c" in second.reason
-        assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+        assert all(group_members(t.pgid, t.log_path) == [] for t in _trials(db) if t.pgid)
     finally:
         await _stop(proc)
         log.close()
@@ -183,7 +183,7 @@ async def test_the_worker_survives_postgresql_stopped_and_started_mid_job(tmp_pa
         job = await wait_for(lambda: (j := storage.get_job(db, 1)).status in ("done", "failed") and j, 180,
                              what="job 1 done after the outage")
         assert job.status == "done" and job.attempts == 1 and "database became unavailable" in job.reason
-        assert group_members(trial.pgid) == []
+        assert group_members(trial.pgid, trial.log_path) == []
         assert storage.load_run(db, trial.run_id).run.status == "interrupted"
         # the host's worker is alive: a new command is queued and run
         await post_command(port, form("compare noop --modes baseline", trigger="p2", response_url=emulator.response_url()))
@@ -236,7 +236,7 @@ async def test_two_clean_stops_during_one_job_requeue_it_without_spending_the_cr
     thread = [p.body["text"] for p in emulator.recorded("chat.postMessage")
               if p.body.get("thread_ts") == job.slack["thread_ts"]]
     assert len([t for t in thread if "stopped cleanly" in t and "queued again" in t]) == 2, thread
-    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in _trials(db) if t.pgid)
 
 
 async def test_a_database_locked_mid_compare_is_one_line_exit_2_and_the_run_marked(tmp_path, emulator,
@@ -272,7 +272,7 @@ async def test_a_database_locked_mid_compare_is_one_line_exit_2_and_the_run_mark
     assert f"run {trial.run_id} is marked failed" in lines[0]
     run = storage.load_run(db, trial.run_id).run
     assert run.status == "failed" and "database is locked" in run.reason
-    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in _trials(db) if t.pgid)
 
 
 async def test_malformed_requests_are_refused_with_one_short_log_line_and_replays_survive_a_restart(
@@ -457,4 +457,4 @@ async def test_an_outage_longer_than_the_lease_mid_job_requeues_it_and_the_worke
     logged = (tmp_path / "bot.log").read_text()
     assert "database unavailable" in logged and "Traceback" not in logged
     assert "the worker of host local ended" not in logged  # the supervisor had nothing to restart
-    assert all(group_members(t.pgid) == [] for t in _trials(db) if t.pgid)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in _trials(db) if t.pgid)

@@ -108,7 +108,7 @@ def test_slower_commit_is_a_regression_in_both_modes(slow_compare):
     roles = [stored.arms[t.arm_id].role for t in stored.trials if stored.arms[t.arm_id].mode == "baseline"]
     assert roles[:4] == ["base", "head", "head", "base"]
     assert all(f"--port {port}" in " ".join(t.argv) for t in stored.trials)
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in stored.trials)
 
 
 @pytest.mark.e2e
@@ -159,7 +159,7 @@ async def test_concurrent_pairing_runs_both_arms_at_once_and_measures_them_in_tu
         assert window is result.windows[second] and "error" not in window, window
         foreign = {p["pid"] for p in window["foreign_processes"]}  # other tests' processes may be there
         assert not foreign & {by_seq[first].pgid, by_seq[second].pgid}
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in stored.trials)
 
 
 @pytest.mark.e2e

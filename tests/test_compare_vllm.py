@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 
 
 def no_engine_left(stored) -> bool:
-    return all(group_members(t.pgid) == [] for t in stored.trials if t.pgid)
+    return all(group_members(t.pgid, t.log_path) == [] for t in stored.trials if t.pgid)
 
 
 def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_compare):

@@ -348,7 +348,7 @@ async def test_a_compare_with_the_client_on_the_host_reaches_a_verdict(sshd, tmp
     stored = storage.load_run(db, run_id)
     assert stored.run.settings["client"] == "on the host, beside the engine"
     assert all(t.status == "ok" and len(t.requests) == WORKLOAD.requests for t in stored.trials)
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in stored.trials)
 
 
 def client_processes() -> list:

@@ -159,7 +159,7 @@ async def test_a_compare_over_ssh_runs_every_command_through_the_exec_prefix(ssh
     stored = storage.load_run(db, run_id)
     assert stored.run.host == "loopback" and stored.run.settings["client"] == "here, through an SSH tunnel"
     assert all(t.status == "ok" and t.log_path.startswith(str(tmp_path / "remote/logs")) for t in stored.trials)
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in stored.trials)
 
 
 class _DropAfterLaunch(storage.RunStore):

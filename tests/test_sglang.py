@@ -102,7 +102,7 @@ async def test_trial_takes_acceptance_from_the_window_log(tmp_path, unused_tcp_p
     assert trial.engine.output_tok_s == pytest.approx(180.0)
     assert "decode log" in trial.engine.source
     assert trial.ready_s >= 1.5  # /health_generate said 503 until then
-    assert group_members(trial.pgid) == []
+    assert group_members(trial.pgid, trial.log_path) == []
 
 
 @pytest.mark.e2e

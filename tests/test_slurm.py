@@ -83,7 +83,7 @@ def check_slurm_run(stored: storage.StoredRun, cluster, shared: Path, launches: 
     assert len([t for t in stored.trials if t.status == "ok"]) == launches
     assert {stored.arms[t.arm_id].role for t in stored.trials} == {"base", "head"}
     assert all(t.log_path.startswith(f"{shared}/nodes/{slurm['node']}/logs/") for t in stored.trials)
-    assert all(group_members(t.pgid) == [] for t in stored.trials)
+    assert all(group_members(t.pgid, t.log_path) == [] for t in stored.trials)
     return slurm
 
 
@@ -323,7 +323,7 @@ async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the
         job = runs[step["number"]].run.settings["slurm"]
         assert job["ended"] and step["where"] == f"Slurm job {job['job_id']} on {job['node']}"
         assert step["node_s"] == job["run_s"] > 0
-        assert all(group_members(t.pgid) == [] for t in runs[step["number"]].trials)
+        assert all(group_members(t.pgid, t.log_path) == [] for t in runs[step["number"]].trials)
     times = [job_times(slurm_cluster, runs[s["number"]].run.settings["slurm"]["job_id"])
              for s in by_round[2] if s["kind"] == "probe"]  # the first tries, started together
     assert len({node for _, _, node in times}) == 3, times
@@ -468,7 +468,7 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
         run = storage.load_run(db, job.run_id)
         assert job.attempts == 0 and run.run.status == "done" and run.run.settings["slurm"]["state"] == "COMPLETED"
         assert run.run.settings["slurm"]["job_id"] == jobs[job.run_id]  # the same Slurm job, followed again
-        assert [v.verdict for v in run.verdicts] and all(group_members(t.pgid) == [] for t in run.trials)
+        assert [v.verdict for v in run.verdicts] and all(group_members(t.pgid, t.log_path) == [] for t in run.trials)
         thread = [p.body for p in emulator.recorded("chat.postMessage") if p.body.get("thread_ts") == job.slack["thread_ts"]]
         assert any(f"Slurm job {jobs[job.run_id]} runs on" in p["text"] for p in thread), thread
         assert any(f"follows Slurm job {jobs[job.run_id]} again" in p["text"] for p in thread), thread

@@ -53,7 +53,7 @@ def test_every_trial_reports_throughput_and_window_acceptance(testenv, slow_spec
             assert trial.engine.drafts > 0
             # slow-spec only delays the proposer: the agreeing draft is still always accepted
             assert trial.engine.acceptance_length == pytest.approx(expected_acceptance)
-        assert group_members(trial.pgid) == []
+        assert group_members(trial.pgid, trial.log_path) == []
 
 
 async def test_engine_killed_mid_run_is_one_clear_error(engine, tmp_path):
