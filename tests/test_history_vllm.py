@@ -1,13 +1,13 @@
 """Was the good number real, on the real CPU test engine (issue 26): the session compare's
 stored run (``slow-spec`` against ``main``, tests/conftest.py) is the past; then an engine
 environment variable that the test engine's plugin reads (``SPECPERF_TESTEXT_STEP_SLOWDOWN``:
-every decode step busy-waits 100% longer, in every commit; scripts/make_engine_repo.py) is set in
+every decode step busy-waits 60% longer, in every commit; scripts/make_engine_repo.py) is set in
 the config, and ``specperf compare slow-spec --base main --modes baseline`` runs again.
 
 In baseline mode ``slow-spec`` runs the same code as ``main`` (its change is on the speculative
 path only), so this is the issue's ``compare noop --base base``: an A/A between the arms, with
 both arms' commits measured before by the session compare. The report must say both arms are
-about -50% below that stored run, the changed variable named first, and never that the drop
+about -40% below that stored run, the changed variable named first, and never that the drop
 is between the commits.
 
 Four paired launches in the embedded default's concurrent pairing (``--max-trials 4``: about
@@ -33,11 +33,12 @@ from tests.conftest import free_port, specperf_in_process
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
 VARIABLE = "SPECPERF_TESTEXT_STEP_SLOWDOWN"
-# Each decode step twice as long: about -50% tok/s. At 0.3 (-23%) the check read "unsettled" once
-# in four suite runs (2026-12-05 05:56: base -17.8% (-30.2 .. -1.7)): the past's four sequential
-# launches spread 232-336 tok/s beside the rest tier, today's 200-251, so Mann-Whitney's 4 against 4
-# had no clean split. Doubling costs about 8 s of window per launch (64 s a run).
-SLOWDOWN = "1.0"
+# Each decode step 60% longer. At 0.3 the check read "unsettled" once in four suite runs (2026-12-05
+# 05:56: base -17.8% (-30.2 .. -1.7)): the past's four sequential launches spread 232-336 tok/s
+# beside the rest tier, today's 200-251, so Mann-Whitney's 4 against 4 had no clean split. At 1.0
+# it read -61.9% (-67.3 .. -54.1), 271.7 -> 101.4 tok/s, but its 20 s windows cost the test 100 s
+# more (375 s) and put the suite at 1,427 s, near the 25-minute line; 0.6 lies between.
+SLOWDOWN = "0.6"
 
 
 def _config(text: str, port: int) -> str:
@@ -78,12 +79,11 @@ def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(sl
     for role, sha in (("base", past.base_sha), ("head", past.head_sha)):
         check = checks[role]
         assert check["run_id"] == past.id and check["sha"] == sha and check["outcome"] == "below", check
-        # half the step rate is -50%; at 0.3 (-23%) it measured -17.6 .. -39.7% in four suite runs on
-        # 2026-12-05: the past is the session compare's 4 sequential launches, whose level moved between
-        # 263 and 361 tok/s (the quiet machine: 355-365 in both pairings), and today's client shares
-        # CPU 0 with the rest tier. "below" (beyond both runs' spread) is the finding; this bound only
-        # rules out nonsense.
-        assert -80.0 < check["change_pct"] < -25.0, check
+        # at 0.3 it measured -17.6 .. -39.7% in four suite runs on 2026-12-05, at 1.0 -61.9%: the past
+        # is the session compare's 4 sequential launches, whose level moved between 263 and 361 tok/s
+        # (the quiet machine: 355-365 in both pairings), and today's client shares CPU 0 with the rest
+        # tier. "below" (beyond both runs' spread) is the finding; this bound only rules out nonsense.
+        assert -75.0 < check["change_pct"] < -20.0, check
         assert check["changes"][0] == f"env {VARIABLE} (unset) -> {SLOWDOWN}", check["changes"]
     first = report["headline"].splitlines()[0]
     assert first.startswith("baseline: both arms are about -"), first
