@@ -142,24 +142,13 @@ def group_members(pgid: int, log_path: str | None = None) -> list[psutil.Process
         try:
             if os.getpgid(proc.pid) != pgid or proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
+            if wanted is None or wanted in {f.path for f in proc.open_files() if f.fd in (1, 2)}:
+                members.append(proc)
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue
-        if wanted is None or {wanted, None} & _outputs(proc.pid):
+        except psutil.AccessDenied:
             members.append(proc)
     return members
-
-
-def _outputs(pid: int) -> set[str | None]:
-    """Where process ``pid``'s descriptors 1 and 2 point; ``{None}`` when they cannot be read."""
-    targets: set[str | None] = set()
-    for fd in (1, 2):
-        try:
-            targets.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except FileNotFoundError:
-            continue  # that descriptor is closed, or the process has gone
-        except OSError:
-            return {None}
-    return targets
 
 
 @pytest.fixture(scope="session")
