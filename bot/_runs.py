@@ -12,7 +12,7 @@ import storage
 from bot import _slurm_batch as slurm
 from bot._common import open_host, owner_alive
 from core._experiments.calibrate import Plan, pair_spread_pct, plan
-from core._experiments.compare import arm_differences, judge_compare, verdict_for
+from core._experiments.compare import arm_differences, judge_compare, verdict_for, with_places
 from core._experiments.compare import kept as _kept
 from core._experiments.report import launch_rows, summarize
 from core._experiments.stats import ArmTrial
@@ -94,7 +94,8 @@ def _judged(launches: tuple, settings: core.CompareConfig):
     ``settings``, as the live run judged them."""
     seqs, by_seq, windows = launches
     disturbed, left_out = judge_compare(seqs, windows, settings)
-    trials = {mode: _kept({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, left_out[mode])
+    trials = {mode: _kept(with_places({role: [by_seq[s] for s in arm] for role, arm in by_role.items()}, by_role,
+                                      settings.pairing), left_out[mode])
               for mode, by_role in seqs.items()}
     return disturbed, left_out, trials
 
@@ -108,10 +109,10 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
     seqs, by_seq, windows = read = stored_launches(stored)
     disturbed, left_out, trials = _judged(read, settings)
     if recompute:
-        verdicts = {m: verdict_for(trials[m], settings) for m in stored.run.modes}
+        inert = next((snap.data.get("inert") for snap in stored.snapshots if snap.phase == "commit-diff"), None)
+        verdicts = {m: verdict_for(trials[m], settings, inert) for m in stored.run.modes}
     else:
-        fields = [f.name for f in core.Verdict.__dataclass_fields__.values()]
-        verdicts = {v.mode: core.Verdict(**{f: getattr(v, f) for f in fields}) for v in stored.verdicts}
+        verdicts = {v.mode: v.to_verdict() for v in stored.verdicts}
     rows = launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
     profiles = {snap.phase.removeprefix("profile-"): snap.data for snap in stored.snapshots
                 if snap.phase.startswith("profile-")}
@@ -148,16 +149,19 @@ def history_checks(db, stored: storage.StoredRun, against: int | None = None) ->
     same commit on the same host, engine and workload (:func:`core._history.check.check_history`; the launches
     kept as :func:`stored_report` keeps them, on both sides, :func:`_judged`): was the good
     number real; a commit that reads below or above carries what changed in the environment
-    since that run (its arm snapshots against today's). ``against``: that run only (a recheck)."""
+    since that run (its arm snapshots against today's), the host's drift between runs learnt from
+    every earlier run (:func:`core._history.check.level_spread`). ``against``: that run only (a
+    recheck)."""
     run = stored.run
     settings = core.CompareConfig.model_validate(run.settings["compare"])
     today = _judged(stored_launches(stored), settings)[2]
     snapshots = _arm_snapshots(stored)
     shas = {"base": run.base_sha, "head": run.head_sha}
-    past: dict[str, list[PastLaunches]] = {}
-    earlier_runs = storage.earlier_runs(db, run) if against is None else \
-        [e for e in [storage.load_run(db, against)] if e is not None and e.run.id != run.id]
-    for earlier in earlier_runs:  # their launches only: no report, no bootstrap
+    past: dict[str, list[PastLaunches]] = {}  # every earlier run: the host's drift between runs is learnt from them
+    earlier_runs = storage.earlier_runs(db, run)
+    if against is not None and against != run.id and all(e.run.id != against for e in earlier_runs):
+        earlier_runs += [e for e in [storage.load_run(db, against)] if e is not None]
+    for earlier in earlier_runs:  # their launches only: no report
         kept = _judged(stored_launches(earlier), core.CompareConfig.model_validate(earlier.run.settings["compare"]))[2]
         then = _arm_snapshots(earlier)
         for mode, arms in kept.items():
@@ -171,10 +175,12 @@ def history_checks(db, stored: storage.StoredRun, against: int | None = None) ->
         for role, arm in arms.items():
             if role == "head" and run.head_sha == run.base_sha:
                 continue  # an A/A: one commit, checked once
+            levels = past.get(mode, [])
             check = check_history(mode, role, shas[role], [t.output_tok_s for t in arm],
-                                       setup_of(run.settings, mode), past.get(mode, []),
-                                       margin_pct=settings.margin_pct, alpha=settings.alpha,
-                                       today_snapshot=snapshots.get(role))
+                                  setup_of(run.settings, mode),
+                                  levels if against is None else [p for p in levels if p.run_id == against],
+                                  margin_pct=settings.margin_pct, alpha=settings.alpha,
+                                  today_snapshot=snapshots.get(role), levels=levels)
             if check is not None:
                 checks.append(check)
     return checks

@@ -34,7 +34,6 @@ be reached, following waits and asks again, and settling leaves the run for late
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -393,8 +392,7 @@ def stored_result(stored: storage.StoredRun) -> core.CompareResult:
         arm = stored.arms[trial.arm_id]
         if trial.status == "ok" and arm.mode in seqs:
             seqs[arm.mode][arm.role].append(trial.seq)
-    fields = [f.name for f in dataclasses.fields(core.Verdict)]
-    verdicts = {row.mode: core.Verdict(**{name: getattr(row, name) for name in fields}) for row in stored.verdicts}
+    verdicts = {row.mode: row.to_verdict() for row in stored.verdicts}
     return core.CompareResult(core.RunStatus(run.status), run.base_sha, run.head_sha, verdicts=verdicts, seqs=seqs,
                               reason=run.reason, log_tail=run.log_tail)
 

@@ -164,6 +164,13 @@ async def diff_u0(host: Host, repo: str, parent: str, sha: str) -> str:
                        "--")).stdout
 
 
+async def changed_files(host: Host, repo: str, base: str, head: str) -> list[str]:
+    """The paths that differ between commits ``base`` and ``head`` (``git diff --name-only``, no
+    renames: a renamed file is its old and its new path)."""
+    result = await _git(host, repo, "diff", "--name-only", "--no-renames", "--no-ext-diff", base, head, "--")
+    return [line for line in result.stdout.splitlines() if line]
+
+
 async def file_at(host: Host, repo: str, sha: str, path: str) -> str | None:
     """The text of ``path`` at commit ``sha``, or ``None`` if it does not exist there."""
     result = await _git(host, repo, "show", f"{sha}:{path}", check=False)
@@ -181,16 +188,19 @@ async def files_naming(host: Host, repo: str, sha: str, words: list[str], folder
     return [line.split(":", 1)[1] for line in result.stdout.splitlines() if ":" in line]
 
 
-async def first_parent_order(host: Host, repo: str, ref: str = "HEAD", limit: int = 2000) -> list[str]:
+async def first_parent_order(host: Host, repo: str, ref: str = "HEAD", limit: int | None = None) -> list[str]:
     """The commits on ``ref``'s first-parent chain in ``repo`` on ``host``, oldest first
-    (full SHAs, at most ``limit``, the newest ones): the order a branch's history is read in.
+    (full SHAs; with ``limit``, only the newest ``limit``): the order a branch's history is read
+    in. The whole chain by default: a history cut at the newest 2,000 commits lost an older
+    change point without a word (issue 43); git lists 100,000 first parents in well under a second.
 
     Raises:
         GitError: ``ref`` is not a ref or names no commit (see :func:`resolve_commit`).
         HostError: the host cannot be reached.
     """
     sha = await resolve_commit(host, repo, ref)
-    result = await _git(host, repo, "rev-list", "--first-parent", f"--max-count={int(limit)}", sha)
+    count = [f"--max-count={int(limit)}"] if limit is not None else []
+    result = await _git(host, repo, "rev-list", "--first-parent", *count, sha)
     return list(reversed(result.stdout.split()))
 
 

@@ -8,10 +8,14 @@ Times are UTC.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from sqlalchemy import JSON, BigInteger, Column, Text
 from sqlmodel import Field, SQLModel
+
+from core import Verdict
+from core._experiments.stats import Position
 
 
 def utcnow() -> dt.datetime:
@@ -119,6 +123,13 @@ class VerdictRow(SQLModel, table=True):
     step_ms_change_pct: float | None = None
     attribution: str | None = None
     reason: str = Field(sa_column=Column(Text, nullable=False))
+    position: dict | None = Field(default=None, sa_column=Column(JSON))  # core.Position as a dict
+
+    def to_verdict(self) -> Verdict:
+        """The row as core's :class:`~core.Verdict` (rows stored before the ``position`` column
+        have none)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(Verdict) if f.name != "position"}
+        return Verdict(**fields, position=Position(**self.position) if self.position else None)
 
 
 class Job(SQLModel, table=True):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,9 +22,10 @@ import core
 import storage
 from core._experiments.compare import CompareRequest, arm_differences, compare, resolve_refs
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
+from bot._runs import stored_report
 from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, specperf_in_process, stopped_at_end
-from tests.fake_engine_repo import fake_engine
+from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
 # The fake engine sleeps its tokens out, so other work on a shared machine does not move it:
@@ -265,6 +268,49 @@ def test_interrupt_stops_the_engine_and_marks_the_run(repo, tmp_path, unused_tcp
 
 
 @pytest.mark.e2e
+def test_a_closed_output_pipe_stops_the_engine_and_marks_the_run_interrupted(repo, tmp_path, unused_tcp_port):
+    """``specperf compare ... | head -1``: the reader goes away after the first line. On 039b3a5
+    specperf exited 1 without a word and left the run ``running``; now the closed pipe is an
+    interruption: engines stopped, run and trial ``interrupted``, exit status 141."""
+    path, _ = repo
+    config = long_running_config(tmp_path, path, unused_tcp_port)
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    command = " ".join(shlex.quote(a) for a in [*SPECPERF, "--config", str(config), "compare", "slow", "--modes",
+                                                "baseline", "--db", url])
+    proc = subprocess.Popen(["bash", "-c", f"{command} | head -1 >/dev/null; exit ${{PIPESTATUS[0]}}"], cwd=ROOT,
+                            env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with stopped_at_end(proc):
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 141, stderr
+    assert "standard output was closed" in stderr and "Traceback" not in stderr, stderr
+    with Session(storage.open_database(url)) as session:
+        assert session.exec(select(storage.Run)).one().status == "interrupted"
+        trials = session.exec(select(storage.Trial)).all()
+    assert all(t.status != "running" for t in trials)
+    assert all(group_members(t.pgid) == [] for t in trials if t.pgid)
+
+
+@pytest.mark.e2e
+def test_a_compare_whose_engine_truncates_its_outputs_exits_with_status_4(repo, tmp_path, unused_tcp_port):
+    """An invalid measurement ends the run FAILED with the exit status docs/exit-statuses.md
+    gives it, 4 (039b3a5 gave every failed compare 3)."""
+    path, _ = repo
+    config = tmp_path / "specperf.toml"
+    config.write_text(
+        f'[engines.short]\nkind = "command"\nrepo = "{path}"\npython = "{sys.executable}"\n'
+        f'command = ["{{python}}", "-m", "tests.exact_rate_server", "--port", "{{port}}", "--truncate-at", "4"]\n'
+        f'port = {unused_tcp_port}\nenv = {{ PYTHONPATH = "{ROOT}" }}\nready_timeout_s = 20\nstop_grace_s = 3\n'
+        '[engines.short.modes]\nbaseline = []\n'
+        '[compare]\nmin_trials = 2\nmax_trials = 2\ncooldown_s = 0\nmodes = ["baseline"]\n'
+        '[workloads.default]\noutput_len = 16\nrequests = 2\nwarmup_requests = 0\n')
+    result = specperf_in_process(["--config", str(config), "compare", "slow", "--db", f"sqlite:///{tmp_path}/db.sqlite"],
+                                 env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}, cwd=ROOT)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "FAILED" in result.stdout and "truncated" in result.stdout, result.stdout
+
+
+@pytest.mark.e2e
 def test_a_second_sigterm_cannot_leave_the_run_running(repo, tmp_path, unused_tcp_port):
     """Two SIGTERMs 20 ms apart (a supervisor's stop, then its retry): the second used to cut
     the clean-up short, leaving the run and trial ``running`` and a traceback."""
@@ -317,12 +363,16 @@ async def test_build_mode_builds_once_per_commit_and_reports_a_failed_build(repo
 
 
 @pytest.mark.e2e
-def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unused_tcp_port):
+@pytest.mark.parametrize("next_command", ["compare", "measure"])
+def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unused_tcp_port, next_command):
+    """kill -9 of a compare orphans its engine; the next command stops it (it is ours, recorded)
+    before anything else. ``measure`` too: on 039b3a5 it refused, the port held by a process
+    it named as someone else's."""
     path, _ = repo
     config = long_running_config(tmp_path, path, unused_tcp_port)
-    url = f"sqlite:///{tmp_path}/db.sqlite"
+    url = storage.default_url(tmp_path / "home")  # measure has no --db: both use the data folder's
     env = {**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}
-    cli = [*SPECPERF, "--config", str(config), "compare", "slow", "--db", url]
+    cli = [*SPECPERF, "--config", str(config), "compare", "slow"]
     proc = subprocess.Popen(cli, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = storage.open_database(url)
     pgid = first_trial_pgid(url)
@@ -332,6 +382,9 @@ def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unu
     assert group_members(pgid) != []
     # the next compare (it will find the port busy only if the orphan survives)
     config.write_text(config.read_text().replace("output_len = 2000\nrequests = 50", "output_len = 8\nrequests = 2"))
+    if next_command == "measure":  # the engine from the repository's checkout: measure has no worktree
+        config.write_text(config.read_text().replace(f'PYTHONPATH = "{ROOT}"', f'PYTHONPATH = "{path}/src:{ROOT}"'))
+        cli = [*SPECPERF, "--config", str(config), "measure", "--mode", "baseline", "--json", str(tmp_path / "m.json")]
     out = subprocess.run(cli, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "was still running and was stopped" in out.stdout
@@ -373,8 +426,9 @@ async def test_launches_go_abba_by_mode_and_round_and_stop_once_decided(repo, tm
     assert {m: v.verdict for m, v in result.verdicts.items()} == {"baseline": REGRESSION, "eagle3": REGRESSION}
     assert all(v.n_pairs == 4 for v in result.verdicts.values())  # decided at min_trials: no extra round
     abba = [("noop", "{m}"), ("slow", "{m}"), ("slow", "{m}"), ("noop", "{m}")]
-    round_ = [(t, m.format(m=mode)) for mode in ("baseline", "eagle3") for t, m in abba]
-    assert launched(host, shas) == round_ * 2
+    baab = [("slow", "{m}"), ("noop", "{m}"), ("noop", "{m}"), ("slow", "{m}")]  # each arm opens every other round
+    rounds = [[(t, m.format(m=mode)) for mode in ("baseline", "eagle3") for t, m in order] for order in (abba, baab)]
+    assert launched(host, shas) == rounds[0] + rounds[1]
 
 
 async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_one_stops(repo, tmp_path):
@@ -475,3 +529,88 @@ def test_slack_shows_a_refused_run_as_refused():
     blocks, text = failure_blocks("job 3, run 7", "GPU0 is held by pid 4242 (alice): python train.py", None, "REFUSED")
     assert text == "job 3, run 7 REFUSED: GPU0 is held by pid 4242 (alice): python train.py"
     assert blocks[0]["text"]["text"] == "REFUSED: job 3, run 7"
+
+
+def middle_of_round_is_faster(faster: float = 0.08):
+    """The fake host's ITL per launch: the second and third launch of every four (the middle of a
+    sequential round of one mode) run ``faster`` quicker, whatever commit they launch: a host that
+    favours a place in the round, not a change of any commit (issue 44)."""
+    return lambda launch: 10.0 / (1 + faster) if launch.number % 4 in (2, 3) else 10.0
+
+
+@pytest.mark.parametrize("faster", [0.08, -0.08])
+async def test_a_host_that_favours_a_place_in_the_round_is_not_read_as_the_commit(tmp_path, faster):
+    """Issue 44: an identical-code compare in sequential pairing read eagle3 IMPROVEMENT +9.3%.
+    Planted here: the launches in the middle of each round of four are 8% faster (or slower)
+    whoever they launch. With every round opened by the base (ABBA, ABBA, ...) the commit always
+    held the middle and read IMPROVEMENT +8%; with the rounds alternating (ABBA, BAAB) and the
+    change corrected for the place, the commit reads no change and the favour is named."""
+    shas = make_repo(tmp_path / "repo", linear_history(n=1, slow=0))
+    host = FakeHost(tmp_path / "work", middle_of_round_is_faster(faster))
+    request = CompareRequest(
+        engine_name="fake", engine=fake_engine_config(tmp_path / "repo"), workload_name="w",
+        workload=core.WorkloadConfig(output_len=16, concurrency=1, requests=4, warmup_requests=0),
+        head_ref="c1", base_ref="good", modes=["baseline"], host=host,
+        settings=SETTINGS.model_copy(update={"margin_pct": 3.0}))
+    result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    assert result.status == "done", result.reason
+    verdict = result.verdicts["baseline"]
+    assert verdict.verdict == NO_CHANGE, verdict
+    assert abs(verdict.change_pct) < 1.5, verdict
+    assert verdict.position is not None and verdict.position.significant(0.05), verdict
+    assert verdict.position.favour_pct == pytest.approx(100 * faster, abs=1.5), verdict.position
+    assert "launches in the middle of a round read" in verdict.reason, verdict.reason
+    openers = [host.launches[i].sha for i in range(0, len(host.launches), 4)]
+    assert openers[:2] == [shas["good"], shas["c1"]]  # ABBA, then BAAB
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
+    report, _ = stored_report(stored, recompute=True)
+    assert report["modes"]["baseline"]["verdict"]["verdict"] == NO_CHANGE
+    assert stored.verdicts[0].to_verdict().position == verdict.position  # stored and read back
+
+
+def test_two_engines_on_one_gpu_host_each_need_a_memory_share_that_fits():
+    """Concurrent pairing on a GPU host (issue 43): a vLLM mode at the default 0.9 of GPU memory
+    (or any share over 0.45) is refused before anything launches, naming the option; a command
+    engine, whose share specperf cannot read, is warned about."""
+    from core._experiments.compare import memory_shares
+
+    vllm = core.EngineConfig(kind="vllm", model="m", modes={"baseline": [], "eagle3": ["--speculative-config", "{}"]})
+    with pytest.raises(core.ConfigError, match=r"mode 'baseline' gives each --gpu-memory-utilization 0.9 \(the default\)"):
+        memory_shares(vllm, ["baseline", "eagle3"])
+    fitted = vllm.model_copy(update={"args": ["--gpu-memory-utilization=0.4"]})
+    assert memory_shares(fitted, ["baseline", "eagle3"]) == []
+    greedy = fitted.model_copy(update={"modes": {"eagle3": ["--gpu-memory-utilization", "0.6"]}})
+    with pytest.raises(core.ConfigError, match="mode 'eagle3' gives each --gpu-memory-utilization 0.6"):
+        memory_shares(greedy, ["eagle3"])
+    command = core.EngineConfig(kind="command", command=["serve"], modes={"baseline": []})
+    (line,) = memory_shares(command, ["baseline"])
+    assert "cannot read how much GPU memory a command engine takes" in line
+
+
+async def test_a_change_measured_between_arms_of_the_same_code_is_the_hosts_not_the_commits(tmp_path):
+    """Issue 44's compare was of a commit that changed only a README. Planted here: every launch
+    of the README commit runs 10% faster (the host treating the arms differently: no commit can
+    make it so). The numbers say IMPROVEMENT; the verdict says INCONCLUSIVE and why, and a
+    stored run recomputes to the same."""
+    shas = make_repo(tmp_path / "repo", linear_history(n=1, slow=0))
+    repo = tmp_path / "repo"
+    (repo / "README.md").write_text("how to read the knobs\n")
+    subprocess.run(["git", "-C", str(repo), "add", "README.md"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm",
+                    "docs: readme"], check=True)
+    readme = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    host = FakeHost(tmp_path / "work", lambda launch: 10.0 / 1.1 if launch.sha == readme else 10.0)
+    request = CompareRequest(
+        engine_name="fake", engine=fake_engine_config(repo), workload_name="w",
+        workload=core.WorkloadConfig(output_len=16, concurrency=1, requests=4, warmup_requests=0),
+        head_ref=readme, base_ref=shas["c1"], modes=["baseline"], host=host,
+        settings=SETTINGS.model_copy(update={"margin_pct": 3.0, "max_trials": 4}))
+    result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
+    verdict = result.verdicts["baseline"]
+    assert verdict.verdict == INCONCLUSIVE, verdict
+    assert re.match(r"IMPROVEMENT by the numbers \(\+\d+\.\d%\), but the commits differ only in documentation "
+                    r"\(README\.md\): nothing in them can change the engine", verdict.reason), verdict.reason
+    stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
+    report, _ = stored_report(stored, recompute=True)
+    assert report["modes"]["baseline"]["verdict"]["verdict"] == INCONCLUSIVE

@@ -344,6 +344,12 @@ def test_an_inconclusive_verdict_at_the_cap_says_so_and_never_asks_for_a_wider_m
     more = verdicts["baseline"].more_trials
     assert f"about {more} more launches per arm (`--max-trials {8 + more}` lifts the cap)" in text, text
     assert "a margin above" not in text and "specperf calibrate" in text
+    # sequential pairing with a spread far beyond the margin: the concurrent pairing is named
+    assert 'pairing = "concurrent"' in text and "10.5% to 2.1%" in text, text
+    # a run of fixed launches (a recheck: min = max) is not told to use --max-trials, which recheck lacks
+    fixed = settings.model_copy(update={"min_trials": 8})
+    text = "\n".join(summarize(trials, verdicts, fixed, None, launches, disturbed)["modes"]["baseline"]["limits"])
+    assert "lifts the cap" not in text and "this run's launches were fixed" in text, text
 
 
 def test_a_quiet_compare_has_no_headline():

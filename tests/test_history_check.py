@@ -18,6 +18,7 @@ from bot import load_config as load_bot_config
 from bot._runs import add_history, history_checks, stored_report
 from bot._settings import parse_config
 from bot._slack.client import web_client
+from bot._slack.mrkdwn import escape
 from bot._slack.notifier import SlackNotifier
 from bot._slack.summary_blocks import summary_blocks
 from core._experiments.compare import CompareRequest
@@ -158,7 +159,7 @@ async def test_the_slack_thread_shows_each_arm_against_its_earlier_run(history, 
     assert verdict.body["thread_ts"] == "1699999999.000042"
     texts = [b["text"]["text"] for b in verdict.body["blocks"] if b["type"] == "section" and "text" in b]
     section = next(t for t in texts if t.startswith("*against earlier runs*"))
-    assert section.splitlines()[1:] == [c.line() for c in checks]
+    assert section.splitlines()[1:] == [escape(c.line()) for c in checks]  # as Slack shows it: -> is -&gt;
     assert len(checks) == 2 and f"baseline base {shas['c1'][:10]}: " in section and "run 1 of" in section
 
 

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import storage
 from tests.conftest import ROOT, specperf_in_process
 
 
@@ -75,6 +76,7 @@ def test_recheck_says_reproducible_then_differs_naming_the_engine_argument(repo,
 
 def test_recheck_refuses_what_it_cannot_recheck(tmp_path):
     config = _config(tmp_path / "specperf.toml", tmp_path / "repo", 8000)
+    storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")  # a database without that run (a missing one: no database)
     done = specperf_in_process(["--config", config, "recheck", "7", "--db", f"sqlite:///{tmp_path}/db.sqlite"],
                                env={**os.environ, "SPECPERF_HOME": str(tmp_path / "home")}, cwd=tmp_path)
     assert done.returncode == 2 and "no such run: 7" in done.stderr and done.stderr.count("\n") == 1, done.stderr

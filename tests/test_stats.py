@@ -40,8 +40,9 @@ def test_a_p_just_under_alpha_is_written_so_it_reads_under_alpha():
     ratios = -stats.t.isf(0.04988 / 2, 7) * 0.02 / math.sqrt(8) + 0.02 * z  # sd 2%, t at p = 0.04988
     base = [ArmTrial(100.0)] * 8
     head = [ArmTrial(100.0 * math.exp(r)) for r in ratios]
-    verdict = decide(base, head, margin_pct=0.5)
+    verdict = decide(base, head, margin_pct=0.0)
     assert verdict.verdict == REGRESSION and verdict.p_value == pytest.approx(0.04988, abs=1e-6)
+    assert verdict.ci_high_pct < 0 < verdict.ci_high_pct + 0.01  # the interval and the test agree
     assert "p = 0.0499 < 0.05" in verdict.reason, verdict.reason
 
 

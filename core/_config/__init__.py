@@ -326,7 +326,7 @@ class CompareConfig(_Strict):
     are kept and named); ``keep`` keeps it in the statistics and names it; ``fail`` ends the
     run as FAILED.
 
-    ``pairing``: ``sequential`` (default) launches one engine at a time, ABBA; ``concurrent``
+    ``pairing``: ``sequential`` (default) launches one engine at a time, ABBA then BAAB; ``concurrent``
     launches both arms' engines at once on the same host and CPUs/GPUs (the commit's on port
     + 1) and measures them in turns of ``concurrency`` requests (core._measure.client.run_alternating):
     for hosts whose speed drifts within seconds (a VM's CPUs) and engines small enough for two

@@ -1,7 +1,9 @@
 """Revert-and-measure: a commit against its base, interleaved launches, a verdict per mode.
 
 For each round and each mode still undecided, four launches in ABBA order (base, commit,
-commit, base), on the same host and port, with a cool-down between launches; or, with
+commit, base), then BAAB in the mode's next round, and so on, on the same host and port, with a
+cool-down between launches (each arm opens every other round, so a host that favours a place
+in the round cannot favour one arm: core._experiments.stats); or, with
 ``[compare] pairing = "concurrent"``, two paired launches of both arms at once, measured in
 turns (core._measure.trial.measure_pair), base first in one and the commit first in the other. After each
 round the verdict of each mode is recomputed (core._experiments.stats); a mode stops getting rounds once
@@ -47,15 +49,38 @@ from core._env.disturbance import Disturbance, judge_trials, judge_window
 from core._env.fingerprint import diff_snapshots
 from core._env.hygiene import clean_gpus
 from core._env.probe import ProbeError, probe_async
-from core._errors import EngineError, HostBusyError, SpecperfError, without_log_tail
+from core._errors import ConfigError, EngineError, HostBusyError, SpecperfError, without_log_tail
 from core._experiments.profiling import INTERRUPTED, profile_mode, wanted
 from core._experiments.report import launch_rows
-from core._experiments.stats import INCONCLUSIVE, ArmTrial, Verdict, decide
+from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, REGRESSION, ArmTrial, Verdict, decide
 from core._hosts import EngineHandle, Host
 from core._measure.trial import TrialResult, measure, measure_pair
 from core._measure.worktree_engine import build_commit, check_import, engine_for_commit
 
 ABBA = ("base", "head", "head", "base")
+BAAB = ("head", "base", "base", "head")
+
+
+def round_order(round_index: int) -> tuple[str, ...]:
+    """The roles of a mode's sequential round ``round_index`` (from 0) in launch order: ABBA in
+    even rounds, BAAB in odd ones, so each arm opens (and closes) every other round."""
+    return ABBA if round_index % 2 == 0 else BAAB
+
+
+def with_places(trials: dict[str, list[ArmTrial]], seqs: dict[str, list[int]], pairing: str) -> dict[str, list[ArmTrial]]:
+    """``trials[role]`` (one mode's, in pair order, launched as ``seqs[role]``) with each trial's
+    ``round_edge`` set under sequential pairing: whether it opened or closed its round (pairs
+    ``2k`` and ``2k + 1`` are round ``k``; its first and last launch are the edges). Unchanged
+    under concurrent pairing, where two engines are measured in turns and no place is favoured."""
+    if pairing != "sequential":
+        return trials
+    edge: dict[int, bool] = {}
+    n = min(len(seqs["base"]), len(seqs["head"]))
+    for k in range(0, n, 2):
+        in_round = seqs["base"][k:k + 2] + seqs["head"][k:k + 2]
+        edge.update({seq: seq in (min(in_round), max(in_round)) for seq in in_round})
+    return {role: [dataclasses.replace(t, round_edge=edge.get(seq)) for t, seq in zip(arm, seqs[role])]
+            for role, arm in trials.items()}
 
 
 @dataclass(frozen=True)
@@ -106,7 +131,8 @@ class CompareResult:
     ``seqs[mode][role]`` their launch numbers, ``windows[seq]`` what the window monitor
     saw, ``disturbed[seq]`` the judgement of each disturbed trial, ``left_out[mode]`` the pair
     indexes left out of the statistics (``on_disturbed = "remeasure"``), ``profiles[mode]``
-    the profile round's document of each profiled mode (core._experiments.profiling)."""
+    the profile round's document of each profiled mode (core._experiments.profiling);
+    ``error`` the error that ended a failed run (its class says what kind of failure it was)."""
 
     status: RunStatus
     base_sha: str
@@ -122,6 +148,8 @@ class CompareResult:
     profiles: dict[str, dict] = field(default_factory=dict)
     reason: str | None = None
     log_tail: str | None = None
+    error: SpecperfError | None = field(default=None, repr=False, compare=False)  # what ended a failed run
+    inert: str | None = None  # what makes the arms' code the same (:func:`inert_difference`), if anything
 
     def launches(self) -> list[dict]:
         """Every launch in order with its disturbance (:func:`core._experiments.report.launch_rows`)."""
@@ -151,13 +179,42 @@ def arm_trial(trial: TrialResult) -> ArmTrial:
                     trial.engine.acceptance_missing)
 
 
-def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> Verdict:
+# Paths no engine reads: a commit that changes only these cannot change what is measured
+_INERT_SUFFIXES = (".md", ".rst", ".txt", ".adoc")
+_INERT_NAMES = ("LICENSE", "NOTICE", "AUTHORS", "CODEOWNERS", "CHANGELOG", ".gitignore", ".mailmap")
+_INERT_FOLDERS = ("docs/", ".github/")
+
+
+def inert_difference(files: list[str], base_sha: str, head_sha: str) -> str | None:
+    """Why nothing between the arms can change the engine, or ``None``: the arms are one commit,
+    or the commits differ only in documentation (Markdown, reStructuredText and text files,
+    ``docs/``, ``.github/``, licence and ownership files). A compare of such arms that reads a
+    change has measured the host, not the commit (issue 44: a README-only commit read
+    IMPROVEMENT +9.3%)."""
+    if base_sha == head_sha or not files:
+        return "the two arms are the same code"
+    if all(f.endswith(_INERT_SUFFIXES) or f.rsplit("/", 1)[-1].split(".")[0] in _INERT_NAMES
+           or f.startswith(_INERT_FOLDERS) for f in files):
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        return f"the commits differ only in documentation ({shown})"
+    return None
+
+
+def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, inert: str | None = None) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
     launch order (pairs = the shorter arm's count). When the engine could not give acceptance
-    length, the reason names the missing counter."""
+    length, the reason names the missing counter. ``inert`` (:func:`inert_difference`): the
+    arms run the same code, so a REGRESSION or IMPROVEMENT by the numbers is reported as
+    INCONCLUSIVE with what it is: the host's difference between the arms, never the commit's."""
     n = min(len(trials["base"]), len(trials["head"]))
     verdict = decide(trials["base"][:n], trials["head"][:n],
                      margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
+    if inert and verdict.verdict in (REGRESSION, IMPROVEMENT):
+        verdict = dataclasses.replace(
+            verdict, verdict=INCONCLUSIVE, attribution=None, more_trials=None,
+            reason=f"{verdict.verdict} by the numbers ({verdict.change_pct:+.1f}%), but {inert}: nothing in them can "
+                   "change the engine, so this is the host's difference between the arms (launch order, drift), not "
+                   f"the commit's; `specperf calibrate` measures this host ({verdict.reason})")
     missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
                       if t.acceptance_missing})
     if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
@@ -166,10 +223,11 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig) -> V
     return verdict
 
 
-def figures(result: CompareResult) -> dict[str, dict[str, list[ArmTrial]]]:
-    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial`, without
-    the pairs left out as disturbed."""
-    return {mode: kept({role: [arm_trial(t) for t in trials] for role, trials in by_role.items()},
+def figures(result: CompareResult, pairing: str) -> dict[str, dict[str, list[ArmTrial]]]:
+    """The statistics' view of a result: ``[mode][role]`` lists of :class:`ArmTrial` (placed in
+    their rounds under ``pairing``: :func:`with_places`), without the pairs left out as disturbed."""
+    return {mode: kept(with_places({role: [arm_trial(t) for t in trials] for role, trials in by_role.items()},
+                                   result.seqs[mode], pairing),
                        result.left_out.get(mode, []))
             for mode, by_role in result.trials.items()}
 
@@ -202,6 +260,50 @@ def judge_compare(seqs: dict[str, dict[str, list[int]]], windows: dict[int, dict
             if any(seq in disturbed for seq in pair) and len(left_out[mode]) < settings.max_remeasured_pairs:
                 left_out[mode].append(i)
     return disturbed, left_out
+
+
+# The option that gives each engine its share of GPU memory, and the largest share two engines
+# side by side can each have (what the engine itself reserves beside it: CUDA context, graphs)
+MEMORY_SHARE = {"vllm": ("--gpu-memory-utilization", 0.45, 0.9), "sglang": ("--mem-fraction-static", 0.4, 0.88)}
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of the last ``name VALUE`` or ``name=VALUE`` in ``argv`` (the one argparse keeps)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def memory_shares(engine: EngineConfig, modes: list[str]) -> list[str]:
+    """Before both arms' engines share a GPU host (concurrent pairing): each must be given a
+    share of GPU memory that fits beside the other (issue 43: on an H100 two transformers serve
+    engines each ran out of memory beside the other and answered 503 until the readiness
+    timeout). For vLLM and SGLang the share is read from the launch arguments of every mode
+    (default when absent: vLLM 0.9, SGLang 0.88); for a command engine specperf cannot read
+    it, and the returned line says so and what to set.
+
+    Raises:
+        ConfigError: a vLLM or SGLang mode whose share is missing or larger than half of the
+            GPU, naming the option and a value that fits.
+    """
+    if engine.kind not in MEMORY_SHARE:
+        return ["both arms' engines will share this host's GPUs (pairing = \"concurrent\"), and specperf cannot read "
+                "how much GPU memory a command engine takes: if they run out of memory, cap each engine's share in its "
+                "args or use pairing = \"sequential\""]
+    option, fits, default = MEMORY_SHARE[engine.kind]
+    for mode in modes:
+        given = _option(list(engine.args) + list(engine.modes.get(mode, [])), option)
+        share = float(given) if given is not None else default
+        if share > fits:
+            raise ConfigError(
+                f"pairing = \"concurrent\" puts both arms' engines on this host's GPUs, and mode {mode!r} gives each "
+                f"{option} {share:g}{' (the default)' if given is None else ''}: two cannot fit; add {option} {fits:g} "
+                "(or less) to the engine's args, or use pairing = \"sequential\"")
+    return []
 
 
 async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
@@ -252,6 +354,7 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
         result.verdicts = {}  # no verdict from a partial run
         result.reason = without_log_tail(exc)
         result.log_tail = exc.log_tail if isinstance(exc, EngineError) else None
+        result.error = exc
     except (asyncio.CancelledError, KeyboardInterrupt):
         result.status = RunStatus.INTERRUPTED
         result.verdicts = {}
@@ -282,6 +385,9 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
         preflight = None
     for line in await clean_gpus(host, preflight, force_clean=request.force_clean, grace_s=engine.stop_grace_s):
         obs.progress(line)
+    if settings.pairing == "concurrent" and ((preflight or {}).get("gpu") or {}).get("devices"):
+        for line in memory_shares(engine, request.modes):  # raises for a share that cannot fit twice
+            obs.progress(line)
     engines: dict[str, tuple[EngineConfig, str]] = {}
     for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
         obs.progress(f"preparing {role} {sha[:12]} on host {host.name}")
@@ -291,6 +397,10 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
         arm_engine = engine_for_commit(engine, tree, prefix)
         result.imported[role] = await check_import(host, arm_engine, tree)
         engines[role] = (arm_engine, tree)
+    files = [] if result.base_sha == result.head_sha else \
+        await _git.changed_files(host, engine.repo, result.base_sha, result.head_sha)
+    result.inert = inert_difference(files, result.base_sha, result.head_sha)
+    obs.snapshot("commit-diff", {"files": files[:200], "inert": result.inert}, None)
     full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
             for role in engines}
     if all(full.values()):
@@ -320,7 +430,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                     if settings.cooldown_s:
                         await asyncio.sleep(settings.cooldown_s)
                 continue
-            for role in ABBA:
+            for role in round_order(len(result.trials[mode]["base"]) // 2):
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                 trial = await _one_trial(request, obs, arm, seq, *engines[role])
@@ -330,8 +440,8 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                 if settings.cooldown_s:
                     await asyncio.sleep(settings.cooldown_s)
         result.disturbed, result.left_out = judge_compare(result.seqs, result.windows, settings)
-        view = figures(result)
-        result.verdicts = {m: verdict_for(view[m], settings) for m in request.modes}
+        view = figures(result, settings.pairing)
+        result.verdicts = {m: verdict_for(view[m], settings, result.inert) for m in request.modes}
         obs.verdicts_updated(result.verdicts)
         launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0
         undecided = [

@@ -144,12 +144,19 @@ def _limits(mode: str, verdict: Verdict, arms: dict[str, list[ArmTrial]], rows: 
     if any(r["kept"] and r["disturbed"] for r in mine):
         settle.append("measure again on a quiet host (`specperf env --watch 60` shows what runs there)")
     if verdict.more_trials:
-        lift = f" (`--max-trials {pairs + verdict.more_trials}` lifts the cap)" if capped else ""
+        lift = "" if not capped else (
+            f" (`--max-trials {pairs + verdict.more_trials}` lifts the cap)" if settings.min_trials < settings.max_trials
+            else f" (this run's launches were fixed, as a recheck's are: `specperf compare` of the same commits with "
+                 f"`--max-trials {pairs + verdict.more_trials}` measures more)")
         settle.append(f"about {verdict.more_trials} more launches per arm{lift}")
     if spread is not None and spread >= verdict.margin_pct:
         # never a wider margin: it would hide the very change the user is looking for
         settle.append("a host with less launch-to-launch spread (`specperf calibrate` measures it and says which "
                       "margin this host supports)")
+    if spread is not None and spread >= 2 * verdict.margin_pct and settings.pairing == "sequential":
+        settle.append("both arms' engines at once, measured in turns (`[compare] pairing = \"concurrent\"`), where "
+                      "two fit on the host (a CPU engine, a GPU with memory for both): on a 2-vCPU VM it cut the spread "
+                      "of pair changes from 10.5% to 2.1% (bench/NOISE_RESULTS.md)")
     if settle:
         lines.append("would settle it: " + "; or ".join(settle))
     return lines
@@ -229,8 +236,9 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
 
 
 def render_chart(trials: dict[str, dict[str, list[ArmTrial]]], path: Path, title: str,
-                 launches: list[dict] | None = None) -> Path:
-    """A PNG of output tok/s per trial, one panel per mode (matplotlib, Agg backend). With
+                 launches: list[dict] | None = None, image_format: str | None = None) -> Path:
+    """A PNG of output tok/s per trial, one panel per mode (matplotlib, Agg backend; another
+    ``image_format`` such as ``"svg"``, else the one ``path``'s suffix names). With
     ``launches`` (:func:`launch_rows`) the x axis is the launch order and disturbed trials are
     drawn as red-edged crosses (hollow when left out of the statistics); without, the trials of
     each arm side by side."""
@@ -268,6 +276,6 @@ def render_chart(trials: dict[str, dict[str, list[ArmTrial]]], path: Path, title
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=image_format)
     plt.close(fig)
     return path

@@ -6,19 +6,32 @@ Method (per mode):
   (A,B), (B,A), (A,B), ...; each pair gives one log-ratio ``r = ln(tok/s_B / tok/s_A)``.
   Alternating the order inside pairs cancels a linear drift of the machine (warming, clock
   decay) on average, and pairing removes slow drift between pairs.
-* Estimate: ``exp(mean r) - 1``. Interval: 95% BCa bootstrap of ``mean r``
-  (``scipy.stats.bootstrap``, seeded so a recompute gives the same numbers).
-* p-value: two-sided Student t-test of the pair log-ratios against 0
-  (``scipy.stats.ttest_1samp``), the paired test that matches the interval. It uses the
-  pairing: a machine whose speed moves both arms of a pair alike (the same round, or two
-  engines measured in turns) leaves the log-ratios tight, which an unpaired test of the two
+* Rounds of one-at-a-time launches alternate which arm opens them: ABBA, then BAAB, and so on
+  (core._experiments.compare). A host can favour a place in the round (the launches in the middle
+  of a round read faster than those at its edges, whichever arm they are: 2026-12-06 on this
+  project's 2-vCPU VM, issue 44); with every round opened by the base, that favour went to the
+  commit and an identical-code compare read IMPROVEMENT. Each pair of such a compare has the
+  commit either in the middle of its round or at its edges (``ArmTrial.round_edge``); the change
+  is then the mean of the two groups' mean log-ratios, ``(mean r_middle + mean r_edge) / 2``,
+  which no favour of a place can move, and the favour itself, ``(mean r_middle - mean r_edge) / 2``,
+  is estimated beside it and named when it is significant (:class:`Position`). Pairs that all
+  have the commit in the same place (a remeasured round left one group empty) give no change
+  verdict: the commit and the place cannot be told apart. Two engines measured in turns
+  (concurrent pairing) have no such place: their pairs take the plain mean.
+* Estimate: ``exp(mean r) - 1``. Interval: the 95% Student t interval of that mean, and p the
+  two-sided t-test of it against 0, from one standard error and one count of degrees of freedom
+  (``n - 1``, or ``n - 2`` with the two groups above), so the interval excludes 0 exactly when
+  p < 0.05 (issue 42: the BCa bootstrap used before covered the true change 80% of the time at 4
+  pairs and 87% at 8; the t interval covers 95% with normal pair changes, bench/COVERAGE_RESULTS.md).
+  It uses the pairing: a machine whose speed moves both arms of a pair alike (the same round, or
+  two engines measured in turns) leaves the log-ratios tight, which an unpaired test of the two
   arms' values would not see (a Mann-Whitney U over them, used before 2026-12-03, could not
   call a -15% change with launches spread +-10% around a drifting level). One wild pair
   cannot carry the verdict: it widens the sd as much as it moves the mean (with 4 pairs
   such a pair alone gives t of about 1). A change verdict needs at least
   ``CHANGE_MIN_PAIRS`` (4) pairs, whatever ``min_pairs`` is: the sd of two or three
   log-ratios is no estimate of the launch-to-launch spread (two pairs that agree by chance give
-  t = 20 and p = 0.03), and the rank test used before could not reach p < 0.05 below 4 either.
+  t = 20 and p = 0.03).
 * Verdict with margin ``m`` (2% by default): REGRESSION or IMPROVEMENT when the whole
   interval lies beyond ``-m`` or ``+m`` and p < alpha; NO CHANGE when the whole interval lies
   inside ``+-m``; otherwise INCONCLUSIVE, with the number of further launches per arm that
@@ -28,8 +41,7 @@ Method (per mode):
   the same pairs give the change of acceptance length and of step time (ms per verify step
   = TPOT x acceptance length), and the verdict names the one that moved more.
 
-Fewer than ``min_pairs`` pairs give INCONCLUSIVE: a bootstrap over two or three values
-cannot show its own uncertainty.
+Fewer than ``min_pairs`` pairs give INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -63,13 +75,16 @@ class ArmTrial:
     ``output_tok_s``: client output tok/s. ``acceptance_length``: engine figure, ``None``
     without speculation. ``tpot_ms``: mean TPOT of the trial's requests.
     ``acceptance_missing``: why the engine could not give acceptance length under
-    speculation (the counter it lacks), else ``None``.
+    speculation (the counter it lacks), else ``None``. ``round_edge``: with one engine at a
+    time, whether this launch opened or closed its round of four (``False``: one of the two in
+    the middle); ``None`` for two engines measured in turns (module docstring).
     """
 
     output_tok_s: float
     acceptance_length: float | None = None
     tpot_ms: float | None = None
     acceptance_missing: str | None = None
+    round_edge: bool | None = None
 
     @property
     def step_ms(self) -> float | None:
@@ -96,6 +111,7 @@ class Verdict:
     step_ms_change_pct: float | None
     attribution: str | None
     reason: str
+    position: Position | None = None
 
 
 def pair_log_ratios(base: list[float], head: list[float]) -> np.ndarray:
@@ -116,16 +132,73 @@ def _pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def bootstrap_ci(r: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% BCa bootstrap interval of ``mean(r)`` (scipy, 9,999 resamples, seeded)."""
-    if np.ptp(r) == 0:
-        return float(r[0]), float(r[0])
-    result = stats.bootstrap((r,), np.mean, confidence_level=0.95, n_resamples=9999,
-                             method="BCa", random_state=np.random.default_rng(seed))
-    low, high = result.confidence_interval
-    if not (np.isfinite(low) and np.isfinite(high)):  # BCa can degenerate on tiny samples
-        low, high = np.percentile(r, [2.5, 97.5])
-    return float(low), float(high)
+@dataclass(frozen=True)
+class Position:
+    """How much a place in the round favoured whichever arm held it, over one mode's pairs
+    (module docstring): ``favour_pct``, the launches in the middle of a round against those at
+    its edges (positive: the middle read faster), with its 95% interval and two-sided p, over
+    ``n_middle`` pairs with the commit in the middle and ``n_edge`` with it at the edges."""
+
+    favour_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    p_value: float
+    n_middle: int
+    n_edge: int
+
+    def significant(self, alpha: float) -> bool:
+        """Whether the favour is told from none at level ``alpha``."""
+        return self.p_value < alpha
+
+    def line(self) -> str:
+        """The favour in words, for the verdict's reason."""
+        return (f"launches in the middle of a round read {self.favour_pct:+.1f}% ({self.ci_low_pct:+.1f} .. "
+                f"{self.ci_high_pct:+.1f}) against those at its edges, whichever arm they were (p = {self.p_value:.3g}): "
+                "the host favours a place in the round, and the change above is corrected for it")
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    """A mean (log scale) with its standard error, degrees of freedom and the 95% interval and
+    two-sided p of the t distribution they give."""
+
+    mean: float
+    se: float
+    df: float
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        half = float(stats.t.isf((1 - confidence) / 2, self.df)) * self.se if self.se > 0 else 0.0
+        return self.mean - half, self.mean + half
+
+    def p(self) -> float:
+        """Identical values (se 0) give 0 for a non-zero mean and 1 for none."""
+        if self.se == 0:
+            return 0.0 if self.mean != 0 else 1.0
+        return float(2 * stats.t.sf(abs(self.mean) / self.se, self.df))
+
+
+def _mean_estimate(r: np.ndarray) -> _Estimate:
+    """The plain mean of ``r`` (at least 2 values): se ``sd / sqrt(n)``, ``n - 1`` df."""
+    return _Estimate(float(r.mean()), float(r.std(ddof=1) / math.sqrt(r.size)), r.size - 1)
+
+
+def t_interval(r: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The Student t interval of ``mean(r)`` (at least 2 values); identical values give a point."""
+    return _mean_estimate(np.asarray(r, dtype=float)).interval(confidence)
+
+
+def _position_estimates(r: np.ndarray, middle: np.ndarray) -> tuple[_Estimate, _Estimate]:
+    """(change, favour of the middle) from log-ratios ``r`` whose pairs had the commit in the
+    middle of their round (``middle``) or at its edges: the model ``r = change + favour`` in the
+    middle and ``change - favour`` at the edges, fitted by least squares (the two group means),
+    with the residual variance pooled over both groups (``n - 2`` df)."""
+    a, b = r[middle], r[~middle]
+    residuals = np.concatenate([a - a.mean(), b - b.mean()])
+    df = r.size - 2
+    sd = math.sqrt(float((residuals ** 2).sum()) / df)
+    se = sd / 2 * math.sqrt(1 / a.size + 1 / b.size)
+    return (_Estimate(float(a.mean() + b.mean()) / 2, se, df),
+            _Estimate(float(a.mean() - b.mean()) / 2, se, df))
 
 
 def _mean_change(base: list[float | None], head: list[float | None]) -> float | None:
@@ -137,16 +210,19 @@ def _mean_change(base: list[float | None], head: list[float | None]) -> float | 
 
 def decide(
     base: list[ArmTrial], head: list[ArmTrial], *, margin_pct: float = 2.0, alpha: float = 0.05,
-    min_pairs: int = 4, seed: int = 0,
+    min_pairs: int = 4,
 ) -> Verdict:
     """The verdict for one mode from paired trials (``base[i]`` paired with ``head[i]``).
+
+    When every commit trial says where it stood in its round (``round_edge`` not ``None``: one
+    engine at a time), the change is corrected for a favoured place in the round and the favour
+    is estimated beside it (``Verdict.position``; module docstring); otherwise the plain mean.
 
     Args:
         base, head: successful trials of the two arms, in pair order, equal length.
         margin_pct: changes within +-margin count as no change (percent of base tok/s).
-        alpha: the paired t-test's significance level.
+        alpha: the t-test's significance level (the interval is the matching 95% one).
         min_pairs: fewer pairs give INCONCLUSIVE.
-        seed: bootstrap seed (recomputing with the same data and seed gives the same result).
 
     Raises:
         ValueError: the arms have different lengths or a non-positive throughput.
@@ -157,42 +233,58 @@ def decide(
         return Verdict(INCONCLUSIVE, 0, None, None, None, None, margin_pct, alpha, min_pairs, None, None, None,
                        "no successful pairs of trials")
     r = pair_log_ratios([t.output_tok_s for t in base], [t.output_tok_s for t in head])
-    mean = float(r.mean())
     acceptance_change = _mean_change([t.acceptance_length for t in base], [t.acceptance_length for t in head])
     step_change = _mean_change([t.step_ms for t in base], [t.step_ms for t in head])
-    common = dict(n_pairs=n, change_pct=_pct(mean), margin_pct=margin_pct, alpha=alpha,
-                  acceptance_change_pct=acceptance_change, step_ms_change_pct=step_change)
-    if n < min_pairs:
+    placed = all(t.round_edge is not None for t in head)
+    middle = np.array([t.round_edge is False for t in head])
+    position = None
+    if placed and 0 < middle.sum() < n and n >= 3:
+        estimate, favour = _position_estimates(r, middle)
+        low_f, high_f = favour.interval()
+        position = Position(_pct(favour.mean), _pct(low_f), _pct(high_f), favour.p(), int(middle.sum()),
+                            int(n - middle.sum()))
+    else:
+        estimate = _mean_estimate(r) if n >= 2 else _Estimate(float(r.mean()), 0.0, 0)
+    common = dict(n_pairs=n, change_pct=_pct(estimate.mean), margin_pct=margin_pct, alpha=alpha,
+                  acceptance_change_pct=acceptance_change, step_ms_change_pct=step_change, position=position)
+    if n < min_pairs or n < 2:
         return Verdict(INCONCLUSIVE, ci_low_pct=None, ci_high_pct=None, p_value=None,
-                       more_trials=min_pairs - n, attribution=None,
-                       reason=f"{n} pairs so far; at least {min_pairs} are needed", **common)
-    low, high = bootstrap_ci(r, seed)
-    p = paired_p(r)
+                       more_trials=max(min_pairs, 2) - n, attribution=None,
+                       reason=f"{n} pairs so far; at least {max(min_pairs, 2)} are needed", **common)
+    low, high = estimate.interval()
+    p = estimate.p()
     interval = dict(ci_low_pct=_pct(low), ci_high_pct=_pct(high), p_value=p)
     verdict = _classify(low, high, p, margin, alpha)
+    favoured = f"; {position.line()}" if position and position.significant(alpha) else ""
     if verdict in (REGRESSION, IMPROVEMENT) and n < CHANGE_MIN_PAIRS:
         return Verdict(INCONCLUSIVE, more_trials=CHANGE_MIN_PAIRS - n + (CHANGE_MIN_PAIRS - n) % 2, attribution=None,
                        reason=f"the interval lies beyond the margin, but {n} pairs cannot call a change: "
-                              f"a {verdict} needs at least {CHANGE_MIN_PAIRS}", **interval, **common)
+                              f"a {verdict} needs at least {CHANGE_MIN_PAIRS}{favoured}", **interval, **common)
+    if verdict in (REGRESSION, IMPROVEMENT) and placed and position is None:
+        where = "in the middle" if middle.all() else "at the edges"
+        return Verdict(INCONCLUSIVE, more_trials=2, attribution=None,
+                       reason=f"every kept pair had the commit {where} of its round, so a host that favours a "
+                              "place in the round could read as this change: another round opened by the other arm "
+                              "would tell them apart", **interval, **common)
     if verdict in (REGRESSION, IMPROVEMENT):
         attribution = _attribution(acceptance_change, step_change)
         because = f"; {attribution} moved" if attribution else ""
         return Verdict(verdict, more_trials=None, attribution=attribution,
-                       reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3g} < {alpha:g}{because}",
+                       reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3g} < "
+                              f"{alpha:g}{because}{favoured}",
                        **interval, **common)
     if verdict == NO_CHANGE:
         return Verdict(NO_CHANGE, more_trials=None, attribution=None,
-                       reason=f"the whole 95% interval lies within +-{margin_pct:g}%", **interval, **common)
-    return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, mean, margin, min_pairs), attribution=None,
-                   reason=_inconclusive_reason(low, high, margin, p, alpha), **interval, **common)
+                       reason=f"the whole 95% interval lies within +-{margin_pct:g}%{favoured}", **interval, **common)
+    return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, estimate.mean, margin, min_pairs),
+                   attribution=None, reason=_inconclusive_reason(low, high, margin, p, alpha, "t-test") + favoured,
+                   **interval, **common)
 
 
 def paired_p(r: np.ndarray) -> float:
     """Two-sided p of the one-sample t-test of log-ratios ``r`` against 0 (at least 2 values);
     identical values give 0 (all the same non-zero change) or 1 (no change at all)."""
-    if np.ptp(r) == 0:
-        return 0.0 if r[0] != 0 else 1.0
-    return float(stats.ttest_1samp(r, 0.0).pvalue)
+    return _mean_estimate(np.asarray(r, dtype=float)).p()
 
 
 def _classify(low: float, high: float, p: float, margin: float, alpha: float) -> str:
@@ -222,13 +314,17 @@ class Shift:
 
 
 def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float = 2.0, alpha: float = 0.05,
-                   seed: int = 0) -> Shift:
+                   level_sd_pct: float = 0.0) -> Shift:
     """Compare two unpaired samples of output tok/s (trials of different runs, e.g. the
-    commits on each side of a change point).
+    commits on each side of a change point, or one commit last week and today).
 
-    The change is ``exp(mean ln after - mean ln before) - 1`` with a 95% BCa bootstrap
-    interval (scipy, two-sample, seeded); p is the two-sided Mann-Whitney U test on the logs.
-    REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow :func:`decide`'s rule.
+    The change is ``exp(mean ln after - mean ln before) - 1`` with Welch's 95% t interval and p
+    the two-sided Welch t-test on the logs (one standard error for both, so they cannot
+    disagree). ``level_sd_pct``: how far the host's level moves between runs (sd, percent),
+    added to each side's variance of its mean, so a host whose level drifts from run to run
+    needs a larger change to read as one (core._history.check); 0 treats the two groups as
+    launches of one level. REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow
+    :func:`decide`'s rule.
 
     Args:
         before, after: per-trial output tok/s, at least 2 values each, all positive.
@@ -238,20 +334,22 @@ def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float
     """
     if len(before) < 2 or len(after) < 2:
         raise ValueError(f"need at least 2 trials on each side (got {len(before)} and {len(after)})")
-    a, b = np.log(np.asarray(before, dtype=float)), np.log(np.asarray(after, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a, b = np.log(np.asarray(before, dtype=float)), np.log(np.asarray(after, dtype=float))
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise ValueError("throughput values must be positive")
     mean = float(b.mean() - a.mean())
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        low = high = mean
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    level = math.log1p(level_sd_pct / 100.0) ** 2
+    variance = va + vb + 2 * level
+    if va + vb > 0:  # Welch-Satterthwaite; the level's share counted with the smaller side's df
+        df = variance ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)
+                              + (2 * level) ** 2 / (min(a.size, b.size) - 1))
     else:
-        result = stats.bootstrap((b, a), lambda x, y, axis=-1: x.mean(axis=axis) - y.mean(axis=axis),
-                                 confidence_level=0.95, n_resamples=9999, method="BCa",
-                                 random_state=np.random.default_rng(seed))
-        low, high = (float(v) for v in result.confidence_interval)
-        if not (np.isfinite(low) and np.isfinite(high)):
-            low, high = _percentile_interval(a, b, seed)
-    p = float(stats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
+        df = float(min(a.size, b.size) - 1)
+    estimate = _Estimate(mean, math.sqrt(variance), df)
+    low, high = estimate.interval()
+    p = estimate.p()
     margin = math.log1p(margin_pct / 100.0)
     verdict = _classify(low, high, p, margin, alpha)
     if verdict in (REGRESSION, IMPROVEMENT):
@@ -259,15 +357,8 @@ def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float
     elif verdict == NO_CHANGE:
         reason = f"the whole 95% interval lies within +-{margin_pct:g}%"
     else:
-        reason = _inconclusive_reason(low, high, margin, p, alpha)
+        reason = _inconclusive_reason(low, high, margin, p, alpha, "Welch t-test")
     return Shift(verdict, len(a), len(b), _pct(mean), _pct(low), _pct(high), p, margin_pct, alpha, reason)
-
-
-def _percentile_interval(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
-    draws = [rng.choice(b, b.size).mean() - rng.choice(a, a.size).mean() for _ in range(2000)]
-    low, high = np.percentile(draws, [2.5, 97.5])
-    return float(low), float(high)
 
 
 def _attribution(acceptance_change: float | None, step_change: float | None) -> str | None:
@@ -291,15 +382,15 @@ def _more_trials(n: int, low: float, high: float, mean: float, margin: float, mi
     return more + more % 2
 
 
-def _inconclusive_reason(low: float, high: float, margin: float, p: float, alpha: float) -> str:
+def _inconclusive_reason(low: float, high: float, margin: float, p: float, alpha: float, test: str) -> str:
     if (high < -margin or low > margin) and p >= alpha:
-        return f"the interval lies beyond the margin but the paired t-test is not significant (p = {p:.3g})"
+        return f"the interval lies beyond the margin but the {test} is not significant (p = {p:.3g})"
     return f"the 95% interval ({_pct(low):+.1f}%, {_pct(high):+.1f}%) straddles the margin"
 
 
 @dataclass(frozen=True)
 class Speedup:
-    """A ratio of throughputs with its 95% bootstrap interval, over ``n`` paired values."""
+    """A ratio of throughputs with its 95% t interval, over ``n`` paired values."""
 
     ratio: float
     ci_low: float
@@ -307,9 +398,9 @@ class Speedup:
     n: int
 
 
-def speedup(denominator: list[float], numerator: list[float], seed: int = 0) -> Speedup | None:
-    """``numerator / denominator`` as ``exp(mean ln(num_i / den_i))`` with a 95% bootstrap
-    interval; pairs by index (launches of the same round). ``None`` with fewer than 2 pairs.
+def speedup(denominator: list[float], numerator: list[float]) -> Speedup | None:
+    """``numerator / denominator`` as ``exp(mean ln(num_i / den_i))`` with the 95% t interval
+    of that mean; pairs by index (launches of the same round). ``None`` with fewer than 2 pairs.
 
     Used for EAGLE-3's speedup over baseline on one commit (num = eagle3 tok/s, den =
     baseline tok/s), and, given log-ratio differences, for the change of that speedup.
@@ -318,12 +409,12 @@ def speedup(denominator: list[float], numerator: list[float], seed: int = 0) -> 
     if n < 2:
         return None
     r = pair_log_ratios(denominator[:n], numerator[:n])
-    low, high = bootstrap_ci(r, seed)
+    low, high = t_interval(r)
     return Speedup(math.exp(float(r.mean())), math.exp(low), math.exp(high), n)
 
 
-def speedup_change(base_side: tuple[list[float], list[float]], head_side: tuple[list[float], list[float]],
-                   seed: int = 0) -> Speedup | None:
+def speedup_change(base_side: tuple[list[float], list[float]], head_side: tuple[list[float], list[float]]
+                   ) -> Speedup | None:
     """How the speculative speedup changed from base to commit: the ratio of the two speedups.
 
     Each side is (baseline tok/s, speculative tok/s) in round order; round ``i`` gives
@@ -335,5 +426,5 @@ def speedup_change(base_side: tuple[list[float], list[float]], head_side: tuple[
     if n < 2:
         return None
     d = pair_log_ratios(h_den[:n], h_num[:n]) - pair_log_ratios(b_den[:n], b_num[:n])
-    low, high = bootstrap_ci(d, seed)
+    low, high = t_interval(d)
     return Speedup(math.exp(float(d.mean())), math.exp(low), math.exp(high), n)

@@ -17,7 +17,7 @@ commit's trials) with the trials themselves. Three steps:
 2. Confirmation: each candidate at index ``k`` (the first commit at the new level) is tested
    on the trials of up to ``window`` commits on each side (never across a neighbouring
    candidate) with :func:`core._experiments.stats.unpaired_shift`: confirmed when the two-sided
-   Mann-Whitney p is below ``alpha``, the 95% bootstrap interval excludes zero, and the
+   Welch t-test's p is below ``alpha`` (its 95% interval then excludes zero), and the
    estimate is at least the compare margin. (Compare's own rule wants the whole interval beyond
    the margin: right for a verdict on one commit from paired launches, too strict here, where
    a 3% step under a 2% margin would stay unconfirmed however many commits show it;

@@ -5,11 +5,15 @@ A compare measures a commit against its base on the same host today; it cannot s
 base's 89 tok/s of last week still holds. This module answers that, per mode and arm: the
 newest earlier run that measured the same commit (same SHA) in the same mode on the same host,
 engine and workload is tested against today's launches with
-:func:`core._experiments.stats.unpaired_shift` (two unpaired groups of launches, Mann-Whitney p
-and a BCa bootstrap interval of the change of mean log tok/s, the compare's margin): NO CHANGE
-is "consistent", REGRESSION "below", IMPROVEMENT "above", INCONCLUSIVE "unsettled". The spread
-each side brings is its own launch-to-launch spread, so a noisy host gives "unsettled", never a
-false "below".
+:func:`core._experiments.stats.unpaired_shift` (two unpaired groups of launches, Welch's t
+interval and test of the change of mean log tok/s, the compare's margin): NO CHANGE is
+"consistent", REGRESSION "below", IMPROVEMENT "above", INCONCLUSIVE "unsettled". Each side
+brings its own launch-to-launch spread, and the two runs' levels bring the host's drift between
+runs (:func:`level_spread`: how far the same commit's level moved between stored runs of it
+here; issue 44: on a 2-vCPU VM an unchanged run rechecked 16 minutes later read +12.5%, all of
+it the host's level). Until that drift is learnt from at least two repeats of stored runs, it is
+taken as no smaller than the two runs' own launch-to-launch spread (:func:`assumed_level_spread`),
+and the check says which it used. A noisy or drifting host gives "unsettled", never a false "below".
 
 Runs are matched on what defines the benchmark (:data:`MATCH_KEYS`: the engine's model and
 served name, and the workload): an earlier run of the same commit with another model or
@@ -30,6 +34,7 @@ the drop is not between these commits.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -93,6 +98,7 @@ class HistoryCheck:
     ci_low_pct: float | None = None
     ci_high_pct: float | None = None
     changes: tuple[str, ...] | None = None
+    level_sd_pct: float | None = None  # the host's drift between runs allowed for (:func:`level_spread`)
 
     def since_then(self) -> str:
         """What changed since that run, for a ``below`` or ``above``: ``"since then: driver
@@ -119,8 +125,9 @@ class HistoryCheck:
             return head + f"consistent with {when}: {interval}, {figures}"
         if self.outcome == "unsettled":
             return head + f"against {when}: {interval}, {figures}; {self.reason}"
-        return (head + f"{self.outcome} {when} by {interval}, beyond both runs' launch-to-launch spread: {figures}; "
-                + self.since_then())
+        drift = " and this host's drift between runs" if self.level_sd_pct else ""
+        return (head + f"{self.outcome} {when} by {interval}, beyond both runs' launch-to-launch spread{drift}: "
+                f"{figures}; " + self.since_then())
 
     def to_dict(self) -> dict:
         """JSON-ready, with ``line``."""
@@ -175,10 +182,66 @@ def _changes(then: PastLaunches, now_setup: Mapping[str, Any], now: Mapping[str,
     return tuple(configured + [change.line for change in fingerprint if change.what not in named])
 
 
+@dataclass(frozen=True)
+class LevelSpread:
+    """How far this host's level moves between runs of one commit: ``sd_pct``, the sd of a
+    run's mean log tok/s around the commit's level beyond its own launch-to-launch share
+    (percent), from ``pairs`` degrees of freedom (runs beyond the first, summed over commits);
+    ``pairs`` 0: not measured yet, assumed as large as the launch-to-launch spread of the two
+    runs compared (:func:`assumed_level_spread`)."""
+
+    sd_pct: float
+    pairs: int
+
+    def line(self) -> str:
+        if self.pairs == 0:
+            return (f"this host's drift between runs is not measured yet (no commit of this set-up in two stored runs "
+                    f"here), so it is taken as the runs' own launch-to-launch spread, {self.sd_pct:.1f}%")
+        return (f"this host's level moves {self.sd_pct:.1f}% (sd) between runs of one commit, from {self.pairs} "
+                f"repeat{'s' if self.pairs != 1 else ''} of stored runs")
+
+
+def assumed_level_spread(then: list[float], today: list[float]) -> LevelSpread:
+    """The drift between runs taken, until stored runs measure it, as the larger launch-to-launch
+    spread (sd of log tok/s, percent) of the two runs compared: a host whose launches move that
+    much within a run is taken to move as much between runs (issue 44: launches of one arm ranged
+    325-533 tok/s within 20 minutes on a 2-vCPU VM, and its level 16 minutes later read +12.5%)."""
+    sd = max(statistics.stdev(math.log(v) for v in side) for side in (then, today))
+    return LevelSpread(100.0 * math.expm1(sd), 0)
+
+
+def level_spread(past: list[PastLaunches], setup: Mapping[str, Any]) -> LevelSpread | None:
+    """The host's drift between runs (:class:`LevelSpread`) from ``past`` (one mode's earlier
+    runs on this host, engine and workload), counting only runs with ``setup`` (the same
+    :func:`setup_of`): per commit measured in two or more such runs, the variance of its run
+    means of log tok/s less the mean variance of a run mean (launch spread / launches), floored
+    at 0, pooled over commits by their degrees of freedom (a one-way random-effects estimate).
+    Both arms of one run that measured the same commit count as one run. ``None`` when no
+    commit was measured in two such runs."""
+    logs: dict[str, dict[int, list[float]]] = {}
+    for launches in past:
+        if launches.setup == setup:
+            logs.setdefault(launches.sha, {}).setdefault(launches.run_id, []).extend(
+                math.log(v) for v in launches.output_tok_s if v > 0)
+    total, df = 0.0, 0
+    for by_run in logs.values():
+        runs = [(statistics.fmean(v), statistics.variance(v) / len(v)) for v in by_run.values() if len(v) >= 2]
+        if len(runs) < 2:
+            continue
+        between = statistics.variance(m for m, _ in runs) - statistics.fmean(v for _, v in runs)
+        total += max(between, 0.0) * (len(runs) - 1)
+        df += len(runs) - 1
+    if df == 0:
+        return None
+    return LevelSpread(100.0 * math.expm1(math.sqrt(total / df)), df)
+
+
 def check_history(mode: str, role: str, sha: str, today: list[float], today_setup: Mapping[str, Any],
                   past: list[PastLaunches], *, margin_pct: float, alpha: float = 0.05,
-                  today_snapshot: Mapping[str, Any] | None = None) -> HistoryCheck | None:
-    """Today's launches of ``sha`` against the newest of ``past`` (newest first) that measured it.
+                  today_snapshot: Mapping[str, Any] | None = None,
+                  levels: list[PastLaunches] | None = None) -> HistoryCheck | None:
+    """Today's launches of ``sha`` against the newest of ``past`` (newest first) that measured it,
+    allowing for the host's drift between runs (module docstring).
 
     Args:
         today: today's kept launches' output tok/s of this arm.
@@ -187,6 +250,7 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
         margin_pct, alpha: the compare's, for :func:`core._experiments.stats.unpaired_shift`.
         today_snapshot: today's full env snapshot of this arm, for what changed since a past
             run it reads below or above.
+        levels: the runs to learn the host's drift from (:func:`level_spread`; default ``past``).
 
     Returns:
         ``None`` when no earlier run measured ``sha`` with at least 2 launches, or today has
@@ -202,14 +266,18 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
         return HistoryCheck(mode, role, sha, "not comparable", newest.run_id, newest.created_at,
                             f"{key} differs: {moved}")
     then = comparable[0]
-    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha)
+    assumed = assumed_level_spread(then.output_tok_s, today)
+    drift = level_spread(past if levels is None else levels, today_setup) or assumed
+    if drift.pairs < 2 and drift.sd_pct < assumed.sd_pct:  # one repeat is no estimate: never below the launch spread
+        drift = assumed
+    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha, level_sd_pct=drift.sd_pct)
     outcome = OUTCOMES.get(shift.verdict, "unsettled")
     changes = _changes(then, today_setup, today_snapshot) if outcome in ("below", "above") else None
-    return HistoryCheck(mode, role, sha, outcome, then.run_id, then.created_at,
-                        shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}",
+    reason = (shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}") + f"; {drift.line()}"
+    return HistoryCheck(mode, role, sha, outcome, then.run_id, then.created_at, reason,
                         then_tok_s=statistics.median(then.output_tok_s), now_tok_s=statistics.median(today),
                         change_pct=shift.change_pct, ci_low_pct=shift.ci_low_pct, ci_high_pct=shift.ci_high_pct,
-                        changes=changes)
+                        changes=changes, level_sd_pct=drift.sd_pct)
 
 
 def environment_moved(checks: list[HistoryCheck], verdicts: Mapping[str, str]) -> list[str]:
