@@ -9,6 +9,7 @@ import math
 import re
 
 import pytest
+from sqlmodel import Session
 
 import storage
 from bot import load_config as load_bot_config
@@ -337,6 +338,27 @@ async def test_bisect_from_slack_names_the_culprit_in_the_thread(tmp_path, emula
     shown = {m.group(1) for e in edits for m in re.finditer(r"\nstep (\d+) \([a-z ]+\)", e.body["text"])}
     assert len(shown) >= 2 and "1" in shown, [e.body["text"][:120] for e in edits]
     assert "finished: bisect found" in edits[-1].body["text"]
+
+
+async def test_a_recheck_of_a_run_the_user_may_not_touch_says_nothing_about_it(make_bot, emulator):
+    """U_OTHER may use specperf on host gpu-b only; run 1 ran on host local and failed. Before
+    the allow-list was checked first (039b3a5), ``/specperf recheck 1`` answered with the run's
+    kind, status and launches; now it is refused and names nothing of the run."""
+    bot = await make_bot(slack_extra='[hosts.gpu-b]\n[slack.allow.hosts.gpu-b]\nusers = ["U_OTHER"]\nchannels = ["C_ALLOWED"]\n')
+    with Session(bot.db) as session:
+        session.add(storage.Run(kind="compare", status="failed", engine_name="fake", host="local",
+                                workload_name="default", base_ref="base", base_sha="b" * 40, head_ref="slow",
+                                head_sha="a" * 40, modes=["baseline"], reason="secret reason"))
+        session.commit()
+    response, _ = await post_command(bot.port, form("recheck 1", user="U_OTHER", trigger="x1",
+                                                    response_url=emulator.response_url("x1")))
+    assert response.status_code == 200
+    reply = await wait_for(lambda: next((r for r in emulator.recorded("response") if r.body["name"] == "x1"), None), 20,
+                           what="the reply")
+    text = reply.body["text"]
+    assert text.startswith("refused: ") and "run 1's host and engine" in text, text
+    assert not [word for word in ("failed", "compare run", "launches", "local", "fake", "secret") if word in text], text
+    assert _jobs(bot.db) == []
 
 
 @pytest.mark.e2e

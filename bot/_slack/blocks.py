@@ -4,6 +4,13 @@ one-line text fallbacks that notifications and clients without blocks show.
 
 Limits kept: a header's text at most 150 characters, a section's text at most 3000, at most
 10 fields per section, at most 50 blocks per message.
+
+Nothing here writes a link or a mention on purpose, and much of what these messages carry was
+not written by specperf (a commit's subject, an engine's log, another user's command line, an
+environment value, a ref a user typed): every mrkdwn text and every text fallback goes through
+:func:`bot._slack.mrkdwn.escape` on its way out (:func:`_text`, :func:`_field`, :func:`_context`,
+:func:`_fallback`), so ``<!channel>``, ``<@U...>`` or ``<http://x|y>`` in any of them shows as
+typed and neither pings nor disguises a link.
 """
 
 from __future__ import annotations
@@ -31,11 +38,26 @@ def _change(v: dict | None) -> str:
 
 
 def _field(label: str, value: str) -> dict:
-    return {"type": "mrkdwn", "text": f"*{label}*\n{value}"}
+    return {"type": "mrkdwn", "text": escape(f"*{label}*\n{value}")[:2000]}
 
 
 def _text(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": escape(text)[:3000]}}
+
+
+def _context(*texts: str) -> dict:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(text)[:3000]} for text in texts]}
+
+
+def _header(text: str) -> dict:
+    """A header block: plain text, which Slack shows as typed, with ``<`` and ``>`` as ``‹`` and
+    ``›`` so no control sequence stands in a posted body at all."""
+    return {"type": "header", "text": {"type": "plain_text", "text": text.replace("<", "‹").replace(">", "›")[:150]}}
+
+
+def _fallback(text: str) -> str:
+    """A message's text fallback (notifications, clients without blocks), escaped as its blocks are."""
+    return escape(text)
 
 
 def summary_line(stored: storage.StoredRun, report: dict) -> str:
@@ -45,8 +67,8 @@ def summary_line(stored: storage.StoredRun, report: dict) -> str:
     for mode, entry in report["modes"].items():
         v = entry.get("verdict")
         parts.append(f"{mode} {v['verdict']} {_pct(v['change_pct'])}" if v else f"{mode} -")
-    return (f"run {run.id} ({run.engine_name} {run.head_ref} {run.head_sha[:10]} vs {run.base_sha[:10]}): "
-            + ", ".join(parts))
+    return _fallback(f"run {run.id} ({run.engine_name} {run.head_ref} {run.head_sha[:10]} vs {run.base_sha[:10]}): "
+                     + ", ".join(parts))
 
 
 def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[str] | None = None,
@@ -65,7 +87,7 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
     verdicts = [e["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")]
     worst = next((w for w in ("REGRESSION", "IMPROVEMENT", "INCONCLUSIVE", "NO CHANGE") if w in verdicts), "-")
     header = f"{worst}: {run.engine_name} {run.head_ref} ({run.head_sha[:10]}) vs {run.base_sha[:10]}"
-    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": header[:150]}}]
+    blocks: list[dict] = [_header(header)]
     if recheck := report.get("recheck"):
         emoji = {"reproducible": ":white_check_mark:", "differs": ":rotating_light:"}.get(recheck["verdict"], ":grey_question:")
         blocks.append(_text(f"{emoji} *{recheck['lines'][0]}*\n" + "\n".join(recheck["lines"][1:])[:2800]))
@@ -85,8 +107,7 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
         ]})
         if v:
             limits = "".join(f"\n{line}" for line in entry.get("limits", []) + profile_lines(entry))
-            blocks.append({"type": "context", "elements": [
-                {"type": "mrkdwn", "text": escape(f"{v['n_pairs']} pairs: {v['reason']}{limits}")[:3000]}]})
+            blocks.append(_context(f"{v['n_pairs']} pairs: {v['reason']}{limits}"))
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):
             blocks.append(_text(f"*{mode} speedup over baseline*: {parts}"))
@@ -112,8 +133,7 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
         blocks.append(_text("*disturbed launches*\n" + "\n".join(disturbed)[:2900]))
     elif report.get("launches"):
         notes.append("no trial disturbed")
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:3000]},
-                                                   {"type": "mrkdwn", "text": " | ".join(notes)[:3000]}]})
+    blocks.append(_context(context, " | ".join(notes)))
     return blocks[:50]
 
 
@@ -121,8 +141,8 @@ def failure_blocks(run_label: str, reason: str, log_tail: str | None,
                    status: str = "FAILED") -> tuple[list[dict], str]:
     """(blocks, text fallback) for a run that could not measure (``status`` FAILED, or REFUSED
     when the host was busy): the reason and the engine's log tail (its last 2,500 characters)."""
-    text = f"{run_label} {status}: {reason}"
-    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"{status}: {run_label}"[:150]}},
+    text = _fallback(f"{run_label} {status}: {reason}")
+    blocks = [_header(f"{status}: {run_label}"),
               _text(f"*reason*: {reason}")]
     if log_tail:
         tail = log_tail[-2500:].replace("```", "'''")
@@ -137,11 +157,11 @@ def bisect_blocks(run_label: str, result: dict) -> tuple[list[dict], str]:
 
     ``result`` is ``core._experiments.bisection.BisectResult.to_dict()``."""
     status = result["status"]
-    text = f"{run_label} bisect {status.upper()}: {result.get('message', '')}"
+    text = _fallback(f"{run_label} bisect {status.upper()}: {result.get('message', '')}")
     lines = [f"{s['number']}. {s['kind']} `{s['head_sha'][:12]}` (#{s['position']}) vs `{s['base_sha'][:12]}`: "
              f"{s.get('evidence', s['status'])} -> {s.get('outcome', '')}"
              + (f" ({s['where']}, round {s['round']})" if s.get("where") else "") for s in result.get("steps", [])]
-    blocks = [{"type": "header", "text": {"type": "plain_text", "text": f"bisect {status.upper()}: {run_label}"[:150]}},
+    blocks = [_header(f"bisect {status.upper()}: {run_label}"),
               _text(result.get("message") or status)]
     if result.get("triage_line"):
         blocks.append(_text(f"*triage*: {result['triage_line']}"))
@@ -149,9 +169,8 @@ def bisect_blocks(run_label: str, result: dict) -> tuple[list[dict], str]:
         blocks.append(_text("*steps*\n" + "\n".join(lines)[:2900]))
     spend = result.get("spend") or {}
     bound = f" (at most {result['max_compares']} for a clean bisect)" if spend.get("parallel", 1) == 1 else ""
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-        f"mode {result['mode']}, {len(result['commits'])} commits, {result['compares']} compares{bound}, "
-        f"{result['trials']} engine launches" + (f"\n{spend['line']}" if spend else ""))}]})
+    blocks.append(_context(f"mode {result['mode']}, {len(result['commits'])} commits, {result['compares']} compares"
+                           f"{bound}, {result['trials']} engine launches" + (f"\n{spend['line']}" if spend else "")))
     return blocks, text
 
 
@@ -163,10 +182,10 @@ def watch_blocks(run_label: str, host: str, result: WatchResult) -> tuple[list[d
     window, judged = result.window, result.judged
     state = "DISTURBED" if judged.disturbed else "QUIET"
     span = f"{window['window_s']:.1f} s"
-    text = f"{run_label} watch of host {host} ({span}): {watch_verdict(judged)}"
+    text = _fallback(f"{run_label} watch of host {host} ({span}): {watch_verdict(judged)}")
     rows = "\n".join(f"{name.strip()}: *{value}*" for name, value in window_rows(window, judged))
     blocks: list[dict] = [
-        {"type": "header", "text": {"type": "plain_text", "text": f"{state}: host {host}, {span} watched"[:150]}},
+        _header(f"{state}: host {host}, {span} watched"),
         _text(f"{':large_yellow_circle:' if judged.disturbed else ':white_circle:'} {watch_verdict(judged)}"),
         _text(f"*window* (with {result.target.label})\n{rows}")]
     procs = [f"pid {p['pid']} ({p.get('user') or '-'}): {p['engine_cpus_cpu_s']:.2f} CPU-s on the engine's CPUs, "
@@ -177,5 +196,5 @@ def watch_blocks(run_label: str, host: str, result: WatchResult) -> tuple[list[d
     gpus = [f"GPU{d['index']}: SM clock min {d['sm_clock_mhz_min']} / median {d['sm_clock_mhz_median']} MHz"
             for d in gpu.get("devices", [])] if gpu.get("available") else [f"GPUs: none read ({gpu.get('reason')})"]
     context = "\n".join(gpus) + (f"\nwindow saved to {result.path}" if result.path else "")
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:3000]}]})
+    blocks.append(_context(context))
     return blocks, text

@@ -31,6 +31,7 @@ from bot._jobs.queue_workers import JobQueue, compare_request
 from bot._runs import recheck_plan
 from bot._slack.client import reply_via
 from bot._slack.commands import HELP, MAX_COMMAND_CHARS, QUEUED, Command, UsageError, parse
+from bot._slack.mrkdwn import escape
 from bot._slack.notifier import SlackNotifier, job_what, queued_by
 from core._env.checks import run_checks, worst
 from core._env.probe import probe_async
@@ -111,7 +112,7 @@ class SlackCommands:
             cmd = parse(text)
             host, engine = self._target(cmd)
         except UsageError as exc:
-            await ack(response_type="ephemeral", text=f"usage error: {exc}")
+            await ack(response_type="ephemeral", text=f"usage error: {escape(str(exc))}")
             self._audit(who, text, f"usage error: {str(exc).splitlines()[0]}")
             return
         if cmd.name == "help":
@@ -156,7 +157,7 @@ class SlackCommands:
             else:
                 reply, result, job_id = await handler(cmd, who, payload, host, engine)
         except core.SpecperfError as exc:
-            reply, result, job_id = f"error: {exc}", f"error: {str(exc).splitlines()[0]}", None
+            reply, result, job_id = f"error: {escape(str(exc))}", f"error: {str(exc).splitlines()[0]}", None
         except SQLAlchemyError as exc:
             short = storage.short_error(exc)
             log.warning("command %d: database unavailable (%s)", command_id, short)
@@ -207,7 +208,7 @@ class SlackCommands:
         try:
             base_sha, head_sha = await resolve_refs(compare_request(self.config, job, self.queue.host(host)))
         except core.GitError as exc:
-            return f"usage error: {exc}", f"usage error: {exc}", None
+            return f"usage error: {escape(str(exc))}", f"usage error: {exc}", None
         job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
         return None
 
@@ -238,17 +239,18 @@ class SlackCommands:
         """A stored compare's commits again, on its host with its engine, as a compare job with
         its stored workload, modes, margin and launches (:func:`bot._runs.recheck_plan`),
         answered against that run alone in the thread. The allow-list is checked here, for the
-        run's host and engine (the ack knew neither)."""
+        run's host and engine (the ack knew neither), before anything about the run is looked at
+        or said."""
         stored = await self._io(storage.load_run, self.db, cmd.run)
+        if stored is not None and not self.slack.allow.allows(who[0], who[1], stored.run.host, stored.run.engine_name):
+            # before anything about the run is said: its kind, status and launches are not the user's to read
+            return (f"refused: <@{who[0]}> in this channel is not allowed to use specperf on run {cmd.run}'s host and "
+                    "engine; ask an admin to add you to [slack.allow]", "refused: not on the allow-list", None)
         try:
             plan = recheck_plan(self.config, stored, cmd.run, cmd.base_only)
         except core.ConfigError as exc:
-            return f"usage error: {exc}", f"usage error: {str(exc).splitlines()[0]}", None
+            return f"usage error: {escape(str(exc))}", f"usage error: {str(exc).splitlines()[0]}", None
         run = stored.run
-        if not self.slack.allow.allows(who[0], who[1], run.host, run.engine_name):
-            return (f"refused: <@{who[0]}> in this channel is not allowed to use specperf on host {run.host} and engine "
-                    f"{run.engine_name} (run {run.id}'s); ask an admin to add you to [slack.allow]",
-                    "refused: not on the allow-list", None)
         job = self._job("recheck", who, body, run.host, run.engine_name,
                         {**plan, "head_ref": plan["head_sha"], "base_ref": plan["base_sha"]}, run.workload_name)
         sides = "its base on both sides" if cmd.base_only else f"{run.head_sha[:10]} against {run.base_sha[:10]}"
@@ -273,7 +275,7 @@ class SlackCommands:
             bad = await resolve_commit(target, repo, cmd.bad)
             commits = await first_parent_range(target, repo, good, bad)
         except core.GitError as exc:
-            return f"usage error: {exc}", f"usage error: {exc}", None
+            return f"usage error: {escape(str(exc))}", f"usage error: {exc}", None
         return await self._queue(job, who, body, f"<@{who[0]}> bisect `{cmd.good}` ({good[:10]}) .. `{cmd.bad}` "
                                  f"({bad[:10]}), {len(commits)} commits, mode {cmd.mode}, on host `{host}`, engine "
                                  f"`{engine}`")

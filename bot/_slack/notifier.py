@@ -28,6 +28,7 @@ from bot._slack.blocks import (
     watch_blocks,
 )
 from bot._slack.client import ChannelPacer, reply_via
+from bot._slack.mrkdwn import escape
 from bot._slack.summary_blocks import summary_blocks
 from core._experiments.bisection import BisectResult
 from core._experiments.report import render_chart
@@ -147,7 +148,7 @@ class SlackNotifier(Notifier):
         state = self._progress.get(job.id)
         if state is None:
             return
-        state["text"] = f"{state['label']}\n{message}"
+        state["text"] = f"{state['label']}\n{escape(message)}"  # core's lines carry other users' command lines
         if state["task"] is None or state["task"].done():
             state["task"] = asyncio.get_running_loop().create_task(self._flush(job.id))
 
@@ -245,7 +246,7 @@ class SlackNotifier(Notifier):
     async def job_reconciled(self, job, status, reason) -> None:
         after = "it is queued again" if status == "queued" else "it is marked failed"
         await self._final_progress(job.id, f"interrupted; {after}")
-        await self._reply(await self._thread(job), text=f"job {job.id} was interrupted: {reason}; {after}")
+        await self._reply(await self._thread(job), text=f"job {job.id} was interrupted: {escape(reason)}; {after}")
 
     async def job_note(self, job, text) -> None:
         await self._reply(await self._thread(job), text=text)
