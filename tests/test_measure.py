@@ -73,6 +73,42 @@ async def test_engine_that_exits_before_ready(tmp_path, unused_tcp_port):
         await measure("oom", engine, "baseline", "w", WORKLOAD, tmp_path)
 
 
+# A server as transformers serve behaved on an H100 out of GPU memory (issue 43): the model's
+# worker logs torch.OutOfMemoryError and dies, the HTTP server lives on answering 503.
+OOM_THEN_503 = """
+import http.server, sys
+print("Traceback (most recent call last):", flush=True)
+print('  File "serve.py", line 9, in load', flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.60 GiB. GPU 0 has a total capacity "
+      "of 79.19 GiB of which 9.12 GiB is free.", flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(503); self.end_headers()
+        print(f'INFO:     127.0.0.1:{self.client_address[1]} - "GET /health HTTP/1.1" 503', flush=True)
+    def log_message(self, *args): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.mark.e2e
+async def test_an_engine_out_of_memory_that_answers_503_fails_at_once_with_the_oom_line_first(tmp_path, unused_tcp_port):
+    """Readiness reads the log: an out-of-memory line ends the wait long before the 120 s
+    readiness timeout, the message's first line is that line, and the tail collapses the
+    repeated 503 lines (on 039b3a5: the whole timeout, then twenty lines of 503 first)."""
+    script = tmp_path / "oom_server.py"
+    script.write_text(OOM_THEN_503)
+    engine = EngineConfig(kind="command", port=unused_tcp_port, ready_timeout_s=120, stop_grace_s=2,
+                          command=[sys.executable, str(script), str(unused_tcp_port)])
+    started = time.monotonic()
+    with pytest.raises(EngineNotReadyError) as caught:
+        await measure("oom", engine, "baseline", "w", WORKLOAD, tmp_path)
+    assert time.monotonic() - started < 60  # 5x the slowest seen here (about 3 s), far under 120
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.60 GiB"), first
+    tail = caught.value.log_tail.splitlines()
+    assert sum("503" in line for line in tail) == 1 and "... (the line above" in tail[-1], tail
+
+
 @pytest.mark.e2e
 async def test_engine_that_dies_mid_run(tmp_path, unused_tcp_port):
     os.chdir(ROOT)

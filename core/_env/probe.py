@@ -32,6 +32,7 @@ from pathlib import Path
 from core._config import HostConfig
 from core._errors import CommandTimeout, SpecperfError
 from core._hosts import Host, LocalHost
+from core._secret_rule import joined
 
 PROBE_SCRIPT = Path(__file__).with_name("probe_script.py")
 SCHEMA = 1
@@ -42,8 +43,9 @@ class ProbeError(SpecperfError):
 
 
 def probe_script_text() -> str:
-    """The probe's source, for feeding to ``python -`` on a remote host."""
-    return PROBE_SCRIPT.read_text()
+    """The probe's source with its secret rule joined in (core._secret_rule.joined), for feeding
+    to ``python -`` on a host."""
+    return joined(PROBE_SCRIPT.read_text())
 
 
 def own_pynvml_dir() -> str | None:

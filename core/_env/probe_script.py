@@ -89,6 +89,9 @@ import subprocess
 import sys
 import time
 
+# the secret rule; sent to a host, this line is replaced by its source (core._secret_rule.joined)
+from core._secret_rule import redact_args, redact_environment
+
 SCHEMA = 1
 ENGINE_PACKAGES = ("torch", "vllm", "sglang", "sgl_kernel", "flashinfer", "triton", "transformers")
 # import name -> distribution names that can provide it, most likely first
@@ -101,14 +104,10 @@ DISTRIBUTIONS = {
     "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"),
     "transformers": ("transformers",),
 }
-# Names that look secret (cloud credentials included: AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
-# GOOGLE_APPLICATION_CREDENTIALS, AZURE_CLIENT_SECRET): the value is kept as "<redacted>".
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "SIGNATURE")
 # The shell's and the login session's bookkeeping (where and how deep a shell was, which SSH
 # connection and port): they change with every session, not with what the engine runs with
 SESSION_VARIABLES = frozenset(("PWD", "OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
                                "SSH_AUTH_SOCK", "XDG_SESSION_ID", "INVOCATION_ID", "JOURNAL_STREAM"))
-_URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)[^@/\s]+@")
 # NVML clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*
 CLOCK_EVENT_REASONS = (
     (0x1, "gpu_idle"),
@@ -171,22 +170,7 @@ def _read(path, default=None):
 
 
 def _redact_command(argv):
-    out, hide = [], False
-    for arg in argv:
-        if hide:
-            out.append("<redacted>")
-            hide = False
-            continue
-        low = arg.lower()
-        if low.startswith("--") and any(w.lower() in low for w in SECRET_WORDS):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=<redacted>")
-            else:
-                out.append(arg)
-                hide = True
-            continue
-        out.append(arg)
-    text = " ".join(" ".join(out).split())  # one line: newlines of `python -c` code collapse
+    text = " ".join(" ".join(redact_args(argv)).split())  # one line: newlines of `python -c` code collapse
     return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 3] + "..."
 
 
@@ -703,13 +687,7 @@ def environment():
     """The whole environment as the engine sees it, shell and session bookkeeping (``PWD``,
     ``SHLVL``, ``SSH_CONNECTION``, ...) left out; the value of a secret-looking name is "<redacted>" (present, not shown), and a
     password inside a URL value (``postgresql://user:pw@host``) is redacted in place."""
-    out = {}
-    for name in sorted(os.environ):
-        if name in SESSION_VARIABLES:
-            continue
-        secret = any(word in name.upper() for word in SECRET_WORDS)
-        out[name] = "<redacted>" if secret else _URL_PASSWORD.sub(r"\1<redacted>@", os.environ[name])
-    return out
+    return redact_environment({name: os.environ[name] for name in sorted(os.environ) if name not in SESSION_VARIABLES})
 
 
 def probe_software(import_torch, timings):

@@ -68,6 +68,9 @@ import subprocess
 import sys
 import time
 
+# the secret rule; sent to a host, this line is replaced by its source (core._secret_rule.joined)
+from core._secret_rule import redact_args
+
 
 def group_exists(pgid):
     """Whether any process of group ``pgid`` exists."""
@@ -311,8 +314,9 @@ def run_tied(timeout_s, argv):
 
 def supervise(spec):
     """Run the engine described by ``spec`` and stop its group when told or orphaned."""
-    os.makedirs(os.path.dirname(spec["log_path"]), exist_ok=True)
-    log = open(spec["log_path"], "ab")
+    os.makedirs(os.path.dirname(spec["log_path"]), mode=0o700, exist_ok=True)
+    # owner-only: an engine echoes its arguments and environment into its log
+    log = os.fdopen(os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     argv = ["timeout", "--kill-after=%gs" % spec["grace_s"], "%gs" % spec["deadline_s"]] + spec["argv"]
     env = dict(os.environ)
     env.update(spec["env"])
@@ -347,7 +351,6 @@ def supervise(spec):
 # --- the window monitor ----------------------------------------------------------------------
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_SECRET_WORDS = ("key", "token", "secret", "password")
 # NVML throttle counters, both cumulative nanoseconds: violation policies and clock-event reasons
 VIOLATION_POLICIES = (("power", "NVML_PERF_POLICY_POWER"), ("thermal", "NVML_PERF_POLICY_THERMAL"),
                       ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"), ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
@@ -361,19 +364,9 @@ CLOCK_EVENT_FIELDS = (("sw_power_cap", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER
 
 
 def redact_command(argv, limit=300):
-    """One line of ``argv`` with the values of ``--*key*``/``--*token*``/... options hidden
-    (as the probe redacts its busiest processes), cut to ``limit`` characters."""
-    out, hide = [], False
-    for arg in argv:
-        if hide:
-            out.append("<redacted>")
-            hide = False
-        elif arg.startswith("--") and any(w in arg.lower() for w in _SECRET_WORDS):
-            hide = "=" not in arg
-            out.append(arg if hide else arg.split("=", 1)[0] + "=<redacted>")
-        else:
-            out.append(arg)
-    text = " ".join(" ".join(out).split())
+    """One line of ``argv`` with secret values hidden (core._secret_rule: the probe's rule too),
+    cut to ``limit`` characters."""
+    text = " ".join(" ".join(redact_args(argv)).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

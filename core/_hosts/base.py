@@ -20,8 +20,10 @@ from pathlib import Path
 from core._config import HostConfig
 from core._errors import CommandTimeout, HostBusyError, HostError
 from core._hosts import agent as _host_agent
+from core._hosts.engine_log import collapsed
+from core._secret_rule import joined
 
-AGENT_SOURCE = Path(_host_agent.__file__).read_text()
+AGENT_SOURCE = joined(Path(_host_agent.__file__).read_text())  # what runs on a host: the agent and its secret rule
 
 
 @dataclass
@@ -350,13 +352,14 @@ class EngineHandle(ABC):
         """The log text from byte ``offset`` on (at most its last 16 MiB)."""
 
     async def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the engine log ("" if it cannot be read)."""
+        """The last ``lines`` lines of the engine log ("" if it cannot be read), runs of lines
+        that differ only in their digits collapsed (:func:`core._hosts.engine_log.collapsed`)."""
         try:
             size = await self.log_size()
             text = await self.read_log(max(0, size - (256 << 10)))
         except (OSError, HostError):
             return ""
-        return "\n".join(text.splitlines()[-lines:]).rstrip()
+        return "\n".join(collapsed(text).splitlines()[-lines:]).rstrip()
 
     @abstractmethod
     async def holds_port(self, port: int) -> bool | None:

@@ -33,8 +33,9 @@ class EngineProcess:
         """
         self.argv = argv
         self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
+        log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # owner-only: an engine echoes its arguments and environment into its log
+        self._log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         try:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

@@ -33,6 +33,7 @@ import httpx
 
 from core._config import EngineConfig
 from core._errors import EngineExitedError, EngineNotReadyError
+from core._hosts.engine_log import fatal_line
 from core._measure.client import LENGTH_METHODS, Sample, length_fields
 from core._measure.prometheus import sample_sums, sample_values
 from core._measure.sglang_log import window_figures
@@ -86,6 +87,42 @@ class EngineFigures:
     acceptance_missing: str | None = None
 
 
+FATAL_GRACE_S = 15.0  # how long an engine that logged a traceback (not out of memory) still gets to become ready
+
+
+class _FatalWatch:
+    """The engine log read at most once a second during readiness for a fatal error line."""
+
+    def __init__(self, log_tail: Callable[..., Awaitable[str]]) -> None:
+        self._log_tail = log_tail
+        self._read_at = -1.0
+        self._found: tuple[str, bool] | None = None
+        self._since: float | None = None
+
+    async def line(self) -> str | None:
+        """The fatal line in the log now, if any."""
+        await self._read(force=True)
+        return self._found[0] if self._found else None
+
+    async def given_up(self) -> str | None:
+        """The fatal line once it is reason to stop waiting: out of memory at once, another
+        error :data:`FATAL_GRACE_S` after it was first seen."""
+        await self._read()
+        if self._found is None or self._since is None:
+            return None
+        line, out_of_memory = self._found
+        return line if out_of_memory or time.monotonic() - self._since >= FATAL_GRACE_S else None
+
+    async def _read(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._read_at < 1.0:
+            return
+        self._read_at = now
+        self._found = fatal_line(await self._log_tail(400))
+        if self._found and self._since is None:
+            self._since = now
+
+
 class EngineAdapter:
     """Base adapter: the argv and readiness logic every engine kind shares."""
 
@@ -123,22 +160,26 @@ class EngineAdapter:
 
     async def wait_ready(
         self, client: httpx.AsyncClient, timeout_s: float, exited: Callable[[], int | None],
-        log_tail: Callable[[], Awaitable[str]],
+        log_tail: Callable[..., Awaitable[str]],
     ) -> None:
         """Poll the health route, then send one real completion, until both succeed; the
         completion also finds :attr:`length_method` (module docstring). A failed check is
         retried after 0.05 s, doubling to every 0.5 s: an engine that starts in a second is
-        seen at once, one that takes minutes is asked twice a second.
+        seen at once, one that takes minutes is asked twice a second. Every second the log is
+        read for a fatal error (core._hosts.engine_log.fatal_line): an out-of-memory line ends the
+        wait at once, another traceback's error :data:`FATAL_GRACE_S` later if the engine is
+        still not ready (a server that lost its model can answer 503 for ever); each message
+        leads with that line.
 
         Args:
             client: bound to the engine's base URL.
             timeout_s: overall deadline in seconds.
             exited: returns the engine's exit status once it has exited, else ``None``.
-            log_tail: a coroutine function giving the engine log's last lines, for errors.
+            log_tail: a coroutine function giving the engine log's last lines (``log_tail(n)``: n lines).
 
         Raises:
             EngineExitedError: the engine exited before it was ready.
-            EngineNotReadyError: the deadline passed.
+            EngineNotReadyError: the deadline passed, or the engine logged a fatal error.
         """
         deadline = time.monotonic() + timeout_s
         healthy = False
@@ -146,19 +187,25 @@ class EngineAdapter:
         last = "no answer yet"
         methods: list[str] = list(LENGTH_METHODS if self.config.output_length == "probe"
                                   else [self.config.output_length])
+        fatal = _FatalWatch(log_tail)
         while True:
             code = exited()
             if code is not None:
+                line = await fatal.line()
                 raise EngineExitedError(
-                    f"{self.kind} engine exited with status {code} before it was ready", await log_tail()
-                )
+                    f"{self.kind} engine exited with status {code} before it was ready"
+                    + (f": {line}" if line else ""), await log_tail())
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                line = await fatal.line()
                 raise EngineNotReadyError(
-                    f"{self.kind} engine not ready after {timeout_s:.0f} s (last check: {last}); "
-                    f"raise engines.<name>.ready_timeout_s if it is only slow",
-                    await log_tail(),
-                )
+                    (f"{line}: " if line else "") + f"{self.kind} engine not ready after {timeout_s:.0f} s (last check: "
+                    f"{last}); raise engines.<name>.ready_timeout_s if it is only slow", await log_tail())
+            if given_up := await fatal.given_up():
+                raise EngineNotReadyError(
+                    f"{given_up}: the {self.kind} engine logged this before it was ready and still answers {last}; "
+                    "specperf stopped waiting (fix the cause in its log; for out of memory, give the engine a smaller "
+                    "memory share or fewer cached tokens)", await log_tail())
             try:
                 if not healthy:
                     response = await client.get(self.health_path, timeout=min(5.0, remaining))
