@@ -96,11 +96,13 @@ def check_output_path(option: str, path: str | None) -> None:
     """Fail before any work if ``--option path`` cannot be written (``-``, standard output, can).
 
     Raises:
-        core.ConfigError: ``path`` is a folder, its folder does not exist, or this user may not
-            write there.
+        core.ConfigError: ``path`` is empty or a folder, its folder does not exist, or this user
+            may not write there.
     """
-    if not path or path == STDOUT:
+    if path is None or path == STDOUT:
         return
+    if not path.strip():
+        raise core.ConfigError(f"--{option} was given an empty path: give a file to write, or '-' for standard output")
     target = Path(path)
     if target.is_dir() or not target.resolve().parent.is_dir():
         raise core.ConfigError(f"--{option} {path}: not a file in an existing folder")
@@ -152,14 +154,16 @@ def owner_alive(db) -> Callable[[dict], bool]:
     return functools.partial(storage.owner_alive, db)
 
 
-def database(config: core.Config, url: str | None = None):
+def database(config: core.Config, url: str | None = None, existing: bool = False):
     """The run database: ``url`` (``--db``), else ``[storage].url``, else SQLite in the data
-    directory; migrated on open.
+    directory; migrated on open. ``existing``: for commands that only read runs, a SQLite file
+    given by ``--db`` or the config must be there (:func:`storage.open_database`).
 
     Raises:
-        storage.StorageError: it cannot be opened.
+        storage.StorageError: it cannot be opened (or is missing, with ``existing``).
     """
-    return storage.open_database(url or config.storage.url or storage.default_url(data_dir()))
+    given = url or config.storage.url
+    return storage.open_database(given or storage.default_url(data_dir()), existing=existing and bool(given))
 
 
 def speedup_text(sides: dict) -> str:

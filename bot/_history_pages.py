@@ -9,6 +9,8 @@ folder can be written.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import tempfile
 from pathlib import Path
 
 import core
@@ -49,18 +51,21 @@ def html_dir_error(option: str, folder: Path, exc: OSError) -> str:
 
 def writable_dir(option: str, path: str | Path) -> Path:
     """``path`` as a folder to write the pages into: created (with its parents) if missing,
-    then a file written there and removed, to prove it before any work is done.
+    then a new file of a name no one else has created there and removed, to prove it before any
+    work is done (a fixed name was truncated and unlinked through a link of that name).
 
     Raises:
         core.ConfigError: it cannot be (a file in the way, no permission, a read-only file
             system): :func:`html_dir_error`'s one line.
     """
+    if not str(path).strip():
+        raise core.ConfigError(f"{option} was given an empty path: give the folder to write the history pages into")
     folder = Path(path)
-    probe = folder / ".specperf-write-test"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        handle, probe = tempfile.mkstemp(prefix=".specperf-write-test.", dir=folder)  # a new name: nothing of the user's
+        os.close(handle)
+        os.unlink(probe)
     except OSError as exc:
         raise core.ConfigError(html_dir_error(option, folder, exc)) from None
     return folder

@@ -7,6 +7,7 @@ so it is never confused with an LLM engine); sessions are ``sqlmodel.Session(db)
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from alembic import command
@@ -46,15 +47,23 @@ def _alembic_config() -> AlembicConfig:
     return config
 
 
-def open_database(url: str) -> Engine:
+def open_database(url: str, existing: bool = False) -> Engine:
     """The database handle (SQLAlchemy ``Engine``) for ``url`` with the schema migrated to the newest revision.
+
+    ``existing``: a SQLite file must already be there (a command that only reads runs: a
+    mistyped ``--db`` path then says so, instead of creating an empty database and its folders
+    before "no such run").
 
     Raises:
         StorageError: the URL is malformed, the server unreachable, the folder of a SQLite
-            file cannot be made, or migration failed; the message shows the URL and the
-            driver's words with any password removed.
+            file cannot be made, the file is missing (``existing``), or migration failed; the
+            message shows the URL and the driver's words with any password removed.
     """
     safe, secrets = _redacted(url)
+    if existing and url.startswith("sqlite:///") and url != "sqlite:///:memory:" and \
+            not Path(url.removeprefix("sqlite:///")).expanduser().is_file():
+        raise StorageError(f"no database at {safe}: check --db (or [storage].url); `specperf history` with the "
+                           "default database lists the runs stored there")
     try:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -67,11 +76,17 @@ def open_database(url: str) -> Engine:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
     except (SQLAlchemyError, ImportError, ValueError, OSError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else ""
-        for secret in secrets:
-            detail = detail.replace(secret, "***")
+        detail = _scrubbed(str(exc).splitlines()[0] if str(exc) else "", secrets)
         raise StorageError(f"cannot open database {safe}: {exc.__class__.__name__}: {detail}") from None
     return db
+
+
+def _scrubbed(text: str, secrets: list[str]) -> str:
+    """``text`` with each of ``secrets`` that stands as a word of its own (not inside a longer
+    word: a password ``pw`` leaves ``pwd`` alone) replaced by ``***``."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
+    return text
 
 
 def _redacted(url: str) -> tuple[str, list[str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
-from core._git import worktree
+from core._git import first_parent_order, worktree
 from tests.conftest import local_host
 from tests.fake_engine_repo import linear_history, make_repo
 
@@ -32,3 +32,25 @@ async def test_worktrees_of_one_commit_made_at_once_on_many_hosts_all_check_out(
     listed = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"],
                             capture_output=True, text=True, check=True).stdout
     assert all(f"worktree {path}\n" in listed for path in made)  # each one recorded by git, none lost
+
+
+async def test_the_first_parent_order_holds_the_whole_history(tmp_path):
+    """2,050 first-parent commits (made with git fast-import): the order reaches the root, so a
+    change point on an old commit stays in the history (on 039b3a5 the order stopped at the
+    newest 2,000 and the history page of such a run said "Quiet")."""
+    repo = tmp_path / "long"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    stream = []
+    for i in range(1, 2051):
+        message = f"commit {i}"
+        stream += ["commit refs/heads/main", f"mark :{i}", f"committer t <t@x> {1700000000 + i} +0000",
+                   f"data {len(message)}", message]
+        if i > 1:
+            stream.append(f"from :{i - 1}")
+        stream += ["M 644 inline f", "data 2", f"{i % 10}\n", ""]
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input="\n".join(stream) + "\n", text=True,
+                   check=True)
+    root = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-parents=0", "main"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    order = await first_parent_order(local_host(tmp_path / "work"), str(repo), "main")
+    assert len(order) == 2050 and order[0] == root

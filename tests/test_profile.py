@@ -20,7 +20,7 @@ import pytest
 from core._experiments.compare import compare
 from core._experiments.stats import NO_CHANGE, REGRESSION
 from core._profile.categories import ATTENTION, COMMUNICATION, DRAFT, GEMM, SAMPLING, STEP, STEP_OWN, category_of
-from core._profile.diff import ArmProfile, NotComparableError, diff_profiles
+from core._profile.diff import ArmProfile, NotComparableError, diff_profiles, short_name
 from core._profile.traces import TraceError, read_trace
 from core.testing import FakeHost, fake_engine_config
 from tests.conftest import ROOT
@@ -409,3 +409,19 @@ def _recorded_profile_launch(path: Path) -> dict | None:
         return None
     launches = json.loads(row[0]).get("profile_launches", []) if row else []
     return launches[0] if launches else None
+
+
+def test_the_h100_kernels_are_named_whole_and_cublas_gemms_are_gemm():
+    """The kernels of two real H100 traces (tests/fixtures/profiles/h100-attention-kernels.json,
+    recorded 2026-12-06 from transformers serve, eager against sdpa attention): on 039b3a5 the
+    softmax read ``at::native::`` (cut at ``(anonymous namespace)``) and cuBLAS's Hopper GEMMs
+    (``nvjet_sm90_*``) read "other"."""
+    recorded = json.loads((PROFILES / "h100-attention-kernels.json").read_text())
+    names = {op["name"] for arm in ("base", "head") for op in recorded[arm]["gpu_ops"]}
+    softmax = next(n for n in names if "cunn_SoftMaxForward" in n)
+    assert short_name(softmax) == "at::native::cunn_SoftMaxForward<...>"
+    nvjet = [n for n in names if n.startswith("nvjet_sm90_")]
+    assert nvjet and all(category_of(n) == GEMM for n in nvjet)
+    sdpa = next(n for n in names if n.startswith("cudnn_generated_fort_native_sdpa"))
+    assert category_of(sdpa) == ATTENTION
+    assert all(short_name(n) and not short_name(n).endswith("::") for n in names)

@@ -1,9 +1,7 @@
 """The ``specperf`` terminal command: parses arguments, runs one subcommand, maps errors to
 exit statuses. Each subcommand lives in its own module of this package.
 
-Exit status: 0 success, 2 usage, config or database error (a run id not in the database too),
-3 engine error, 4 invalid measurement, 5 host error (unreachable, refused, busy; also Slack unreachable or failing at bot start-up),
-130 interrupted.
+Exit status: :mod:`bot.cli.exit_status`.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import argparse
 import os
 import signal
 import sys
+import typing
 from types import FrameType
 
 import uvloop
@@ -21,20 +20,45 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import core
 import storage
-from bot._common import SlackUnavailableError, json_to_stdout
+from bot._common import json_to_stdout
 from bot.cli import bisection, compare, env, measure, report, slack_bot, triage
+from bot.cli.exit_status import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_USAGE, failure
 
-EXIT_USAGE, EXIT_ENGINE, EXIT_INVALID, EXIT_HOST, EXIT_INTERRUPTED = 2, 3, 4, 5, 130
-_FAILURES = (
-    (core.ConfigError, "config error", EXIT_USAGE),
-    (core.GitError, "git error", EXIT_USAGE),
-    (storage.NoSuchRunError, "no such run", EXIT_USAGE),  # before StorageError, its base
-    (storage.StorageError, "storage error", EXIT_USAGE),
-    (core.InvalidSampleError, "invalid measurement", EXIT_INVALID),
-    (core.EngineError, "engine error", EXIT_ENGINE),
-    (core.HostError, "host error", EXIT_HOST),
-    (SlackUnavailableError, "Slack error", EXIT_HOST),
-)
+
+class OutputClosed(KeyboardInterrupt):
+    """Standard output was closed under a command (``specperf compare ... | head -1``): a
+    KeyboardInterrupt to everything that stops engines and marks runs (a compare ends
+    ``interrupted``, its engines stopped), exit status 141."""
+
+
+class _GuardedOutput:
+    """The console's stream: a write to a closed pipe raises :class:`OutputClosed`, and later
+    writes (the interpreter's last flush too) go nowhere."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._close()
+            raise OutputClosed from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._close()
+            raise OutputClosed from None
+
+    def _close(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,20 +95,24 @@ def main(argv: list[str] | None = None) -> int:
     to_stderr = json_to_stdout(args)
     # Piped output gets a report-wide page instead of rich's 80 columns (COLUMNS still rules).
     width = None if (sys.stderr if to_stderr else sys.stdout).isatty() or "COLUMNS" in os.environ else 160
-    console = Console(stderr=to_stderr, soft_wrap=True, width=width)  # paths and messages stay whole when piped
+    guarded = typing.cast(typing.IO[str], _GuardedOutput(sys.stderr if to_stderr else sys.stdout))
+    console = Console(file=guarded, soft_wrap=True, width=width)  # paths and messages stay whole when piped
     errors = Console(stderr=True, soft_wrap=True)  # one error, one unbroken line
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         # uvloop: about a quarter less client CPU per streamed token (bench/RESULTS.md)
         return uvloop.run(args.run(args, console))
     except core.SpecperfError as exc:
-        label, status = next(((lbl, st) for kind, lbl, st in _FAILURES if isinstance(exc, kind)),
-                             ("error", EXIT_USAGE))
+        label, status = failure(exc)
         errors.print(Text(f"{label}: ", style="bold red") + Text(str(exc)))
         return status
     except SQLAlchemyError as exc:  # the database failed after it was opened (locked, gone)
         errors.print(Text("storage error: ", style="bold red") + Text(f"the database failed: {storage.short_error(exc)}"))
         return EXIT_USAGE
+    except OutputClosed:
+        errors.print("standard output was closed; engines started by this command were stopped (a run is marked "
+                     "interrupted)")
+        return EXIT_PIPE_CLOSED
     except KeyboardInterrupt:
         errors.print("interrupted; engines started by this command were stopped (a run is marked interrupted)")
         return EXIT_INTERRUPTED

@@ -31,6 +31,7 @@ from bot._common import (
 )
 from bot._runs import add_history, calibration_plans, recheck_plan, stored_report
 from bot._settings import load_config
+from bot.cli.exit_status import EXIT_ENGINE, EXIT_HOST, failure
 from bot.cli.tables import print_bisect, print_report
 from core._experiments.calibrate import Plan
 from core._experiments.compare import figures, resolve_refs
@@ -240,13 +241,13 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     title = f"run {run_id}: {choice.engine_name} {head_sha[:12]} vs {base_sha[:12]}"
     if result.status == "refused":
         console.print(Text("REFUSED", style="bold red") + Text(f": {result.reason}"))
-        return 5  # a host error (bot.cli's exit statuses)
+        return EXIT_HOST
     if result.status == "failed":
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
         if result.log_tail:
             console.print(result.log_tail, markup=False, highlight=False)
-        return 3
-    trials = figures(result)
+        return failure(result.error, EXIT_ENGINE)[1] if result.error else EXIT_ENGINE
+    trials = figures(result, request.settings.pairing)
     report = summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
                        result.launches(), result.disturbed, plans, result.profiles)
     report["client"] = "local" if host.is_local else host.client_where  # as the run's settings["client"]
@@ -266,9 +267,10 @@ async def storage_failed(db, run_id: int | None, exc: SQLAlchemyError,
     """The one-line error for a database failure during run ``run_id``, after marking the run
     failed (retried for up to ``retry_s`` seconds while the database stays unavailable; if it
     never answers, the run is left for the next specperf to close, which the message says)."""
+    if run_id is None:  # nothing was recorded yet, nothing launched
+        return storage.StorageError(f"the database failed before the run was recorded ({storage.short_error(exc)}); "
+                                    "nothing was launched")
     reason = f"the database failed during the run ({storage.short_error(exc)})"
-    if run_id is None:
-        return storage.StorageError(reason)
     deadline = time.monotonic() + retry_s
     while True:
         try:
@@ -315,7 +317,7 @@ async def run_recheck(args: argparse.Namespace, console: Console) -> int:
         core.ConfigError: the run is not a finished compare with launches to set against.
     """
     config = load_config(args.config)
-    db = database(config, args.db)
+    db = database(config, args.db, existing=True)
     stored = storage.load_run(db, args.run_id)
     if stored is None:
         raise storage.NoSuchRunError(args.run_id, db)
@@ -333,7 +335,7 @@ async def run_show(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf show RUN``: the stored report (``--recompute``: verdicts recomputed)."""
     _check_outputs(args)
     config = load_config(args.config)
-    db = database(config, args.db)
+    db = database(config, args.db, existing=True)
     stored = storage.load_run(db, args.run_id)
     if stored is None:
         raise storage.NoSuchRunError(args.run_id, db)
@@ -388,7 +390,7 @@ async def run_history(args: argparse.Namespace, console: Console) -> int:
     table = Table(title="runs")
     for column in ("run", "when (UTC)", "engine", "commit", "base", "status", "verdicts"):
         table.add_column(column)
-    for run, verdicts in storage.list_runs(database(config, args.db), args.engine, args.limit):
+    for run, verdicts in storage.list_runs(database(config, args.db, existing=True), args.engine, args.limit):
         table.add_row(str(run.id), f"{run.created_at:%Y-%m-%d %H:%M}", escape(run.engine_name),
                       escape(f"{run.head_ref} {run.head_sha[:10]}"), run.base_sha[:10], run.status,
                       _bisect_outcome(run) if run.kind == "bisect" else

@@ -20,6 +20,7 @@ from bot import _app as app
 from bot._common import (
     check_output_path,
     data_dir,
+    database,
     fmt,
     host_args,
     json_arg,
@@ -28,6 +29,7 @@ from bot._common import (
     pin_client,
     write_json,
 )
+from bot._runs import reconcile_runs
 from bot._settings import load_config
 from core._config import DisturbanceConfig
 from core._env.disturbance import judge_window
@@ -90,6 +92,9 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     async with open_host(config, choice.host_name) as host, \
             host.lock(owner(f"measure {engine_name} {args.mode}"), wait=not args.no_wait,
                       on_wait=lambda message: console.print(message, markup=False, highlight=False)):
+        # runs a killed specperf left: their engines are ours, stopped here, never blamed as foreign below
+        for run_id, reason in await reconcile_runs(database(config), config):
+            console.print(f"run {run_id}: {reason}", markup=False, highlight=False)
         try:
             snapshot = await probe_async(engine.python, cheap=True, env=engine.env, host=host)
         except core.ProbeError as exc:

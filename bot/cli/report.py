@@ -141,9 +141,9 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
     ``--html DIR`` cannot be written)."""
     for option in ("json", "chart"):
         check_output_path(option, getattr(args, option))
-    site = writable_dir("--html", args.html) if args.html else None
+    site = writable_dir("--html", args.html) if args.html is not None else None
     config = load_config(args.config)
-    db = database(config, args.db)
+    db = database(config, args.db, existing=True)
     notes: list[str] = []
     orders = await commit_orders(config, args.engine, notes.append)
     series = storage.load_series(db, engine_name=args.engine, commit_order=orders)

@@ -23,16 +23,26 @@ map would need pixel positions recomputed from matplotlib's transforms and break
 browser scales the image; an inline SVG's links scale with it and stay on the drawn marks.
 Nothing is fetched: no scripts, fonts (matplotlib writes text as paths) or remote images;
 the pages open from disk (``file://``) and from any static web server alike.
+
+The folder is the user's: every page carries :data:`GENERATOR` and is written to a new file
+beside its name, then renamed over it (:func:`_write_new`), so nothing is written through a
+symbolic link and a half-written page never shows. Before anything is written, every name the
+build will write is checked (:func:`_check_names`): a symbolic link there, or a page there that
+specperf did not write (a user's own ``index.html``), stops the build with its name and nothing
+is written; charts live in ``charts/``, which must not be a link either.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import errno
 import hashlib
 import html
 import io
+import os
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +52,7 @@ from core._history.summary import RegressionSummary, draw_series_layers
 
 INDEX_PAGE = "index.html"
 _CHARTS = "charts"
+GENERATOR = '<meta name="generator" content="specperf history pages">'
 
 # verdict -> (marker, face colour, edge colour); a hollow face is "none"
 VERDICT_MARKERS = {
@@ -149,7 +160,7 @@ def _verdict_span(verdict: str | None) -> str:
 def _page(title: str, body: str, nav: bool = True) -> str:
     back = f'<nav><a href="{INDEX_PAGE}">specperf history</a></nav>\n' if nav else ""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{_e(title)}</title>\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n{GENERATOR}\n<title>{_e(title)}</title>\n'
             f"<style>{_STYLE}</style>\n</head>\n<body>\n{back}<h1>{_e(title)}</h1>\n{body}\n</body>\n</html>\n")
 
 
@@ -455,6 +466,42 @@ def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, 
     return _page(f"run {r.run_id}: {r.engine} {r.head_sha[:12]} vs {r.base_sha[:12]}", "\n".join(parts))
 
 
+def _refuse(path: Path, why: str) -> OSError:
+    return FileExistsError(errno.EEXIST, f"{path} {why}: move it away or give another folder; nothing was written")
+
+
+def _check_names(directory: Path, pages: Sequence[str], charts: Sequence[str]) -> None:
+    """Raise before anything is written if a name the build writes is a symbolic link, or a
+    page there was not written by specperf (no :data:`GENERATOR` in its head)."""
+    if directory.is_symlink() and not directory.is_dir():
+        raise _refuse(directory, "is a symbolic link to nothing")
+    for name in [*pages, _CHARTS, *(f"{_CHARTS}/{c}" for c in charts)]:
+        path = directory / name
+        if path.is_symlink():
+            raise _refuse(path, "is a symbolic link, which specperf does not write through")
+    for name in pages:
+        path = directory / name
+        if path.exists():
+            with path.open("rb") as page:
+                head = page.read(4096)
+            if GENERATOR.encode() not in head:
+                raise _refuse(path, "was not written by specperf")
+
+
+def _write_new(path: Path, write) -> None:
+    """``write(temporary path)`` into a new file beside ``path`` (created exclusively), then
+    renamed over ``path``: an existing name is replaced, never opened, so no link is followed."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def build_history_site(directory: Path, history: RegressionSummary, runs: Sequence[RunPage], *,
                        headline: str | None = None, generated_at: dt.datetime | None = None) -> list[Path]:
     """Write the history pages into ``directory`` (created if missing; files of an earlier
@@ -476,24 +523,30 @@ def build_history_site(directory: Path, history: RegressionSummary, runs: Sequen
         OSError: the folder or a file in it cannot be written.
     """
     generated_at = generated_at or dt.datetime.now(dt.UTC)
-    directory.mkdir(parents=True, exist_ok=True)
     known = {r.run_id for r in runs}
     series_pages = {(e["engine"], e["host"], e["mode"], e["workload"]): series_page(e["engine"], e["host"], e["mode"],
                                                                                      e["workload"])
                     for e in history.series}
+    charted = [r for r in runs if r.report is not None and r.trials]
+    _check_names(directory, [INDEX_PAGE, *series_pages.values(), *(run_page(r.run_id) for r in runs)],
+                 [f"run-{r.run_id}.svg" for r in charted])
+    directory.mkdir(parents=True, exist_ok=True)
     written = [directory / INDEX_PAGE]
-    written[0].write_text(_index_html(history, runs, headline or history.headline, generated_at))
+    _write_new(written[0], lambda p: p.write_text(_index_html(history, runs, headline or history.headline, generated_at)))
     for e in history.series:
         path = directory / series_pages[(e["engine"], e["host"], e["mode"], e["workload"])]
-        path.write_text(_trend_html(e, runs))
+        _write_new(path, lambda p, e=e: p.write_text(_trend_html(e, runs)))
         written.append(path)
+    if charted:
+        (directory / _CHARTS).mkdir(exist_ok=True)
     for r in runs:
         chart = None
-        if r.report is not None and r.trials:
+        if r in charted:
             chart = f"{_CHARTS}/run-{r.run_id}.svg"
-            render_chart(r.trials, directory / chart, f"run {r.run_id}: {r.engine} {r.head_sha[:12]} vs {r.base_sha[:12]}",
-                         r.report.get("launches"))
+            title = f"run {r.run_id}: {r.engine} {r.head_sha[:12]} vs {r.base_sha[:12]}"
+            _write_new(directory / chart, lambda p, r=r, title=title: render_chart(
+                r.trials, p, title, r.report.get("launches"), image_format="svg"))
         path = directory / run_page(r.run_id)
-        path.write_text(_run_html(r, chart, series_pages, known))
+        _write_new(path, lambda p, r=r, chart=chart: p.write_text(_run_html(r, chart, series_pages, known)))
         written.append(path)
     return written

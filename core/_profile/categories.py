@@ -26,8 +26,10 @@ CATEGORIES: list[tuple[str, re.Pattern[str]]] = [
     (ATTENTION, re.compile(r"attn|attention|flash|sdpa|scaled_dot_product|paged|fmha|xformers|mla_|"
                            r"kv_cache|reshape_and_cache", re.I)),
     (SAMPLING, re.compile(r"sampl|topk|top_k|top_p|argmax|multinomial|gumbel|logits|penalt", re.I)),
+    # cuBLAS on Hopper and later names its GEMM kernels nvjet_sm90_* (recorded on an H100, 2026-12-06),
+    # with splitKreduce_kernel after a split-K one; CUTLASS's are cutlass_* or sm90_xmma_gemm_*
     (GEMM, re.compile(r"gemm|matmul|aten::(?:mm|addmm|bmm|baddbmm|linear)$|_mm$|onednn_mm|cutlass|cublas|"
-                      r"xmma|wgmma|\bmm_", re.I)),
+                      r"xmma|wgmma|\bmm_|nvjet|splitkreduce", re.I)),
 ]
 
 

@@ -34,8 +34,10 @@ class NotComparableError(SpecperfError):
 def short_name(name: str) -> str:
     """An op's name for a line: a C++ kernel's without ``void`` and its template and argument
     lists (``void at::native::elementwise_kernel<128, 4, ...>(int, ...)`` reads
-    ``at::native::elementwise_kernel<...>``), at most :data:`SHORT` characters."""
-    text = name.removeprefix("void ")
+    ``at::native::elementwise_kernel<...>``; an anonymous namespace is dropped, so
+    ``void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, ...>(...)`` reads
+    ``at::native::cunn_SoftMaxForward<...>``), at most :data:`SHORT` characters."""
+    text = name.removeprefix("void ").replace("(anonymous namespace)::", "")  # its parentheses are no argument list
     cut = min((i for i in (text.find("<"), text.find("(")) if i > 0), default=-1)
     if cut > 0 and not text.startswith(("aten::", "vllm::", "_C::")):
         text = text[:cut] + ("<...>" if text[cut] == "<" else "")
