@@ -345,15 +345,15 @@ HOGGED = {5, 8}
 @pytest.fixture(scope="session")
 def slow_spec_compare(testenv, tmp_path_factory) -> SessionCompare:
     """The real engine's session compare, asserted on by several tests (tests/test_compare_vllm.py,
-    tests/test_disturbance_vllm.py, tests/test_vllm_engine.py): ``slow-spec`` (one more 640x640
-    matmul per draft proposal, about 5-8 ms: EAGLE-3 tok/s 40-60% lower, baseline untouched) in baseline and eagle3
+    tests/test_disturbance_vllm.py, tests/test_vllm_engine.py): ``slow-spec`` (one more 1152x1152
+    matmul per draft proposal, about 25-30 ms: EAGLE-3 tok/s about 75% lower, baseline untouched) in baseline and eagle3
     modes with a 5% margin, and a CPU hog on the engine's CPU during launches ``HOGGED`` (the
     base's eagle3 launches of round 1, where it would hide the REGRESSION). 20 launches: each
     mode stops at 4 undisturbed pairs (``max_trials = 4``), eagle3 after its hogged round is
-    measured again. The planted change is eight times the margin and about twice the
-    launch-to-launch spread of a noisy 2-vCPU VM (undisturbed launches of one arm read 377 to
-    601 tok/s there on 2026-12-02; at 1.5 ms, about -20%, eagle3 ended INCONCLUSIVE), so 4 pairs
-    separate it; baseline, where slow-spec changes nothing, is an A/A compare that ends NO
+    measured again. The planted change (about -75%, a log-ratio of -1.4) is about six times the
+    sd of pair changes this suite saw (21-25% on 2026-12-06; at 640x640, -36%, eagle3 read
+    INCONCLUSIVE (-62.5 .. +8.9) at 4 pairs once the interval was the t interval with the place
+    in the round corrected for, 2 degrees of freedom), so 4 pairs separate it; baseline, where slow-spec changes nothing, is an A/A compare that ends NO
     CHANGE or INCONCLUSIVE, either of which the tests accept."""
     config = default_config(testenv)
     port = free_port()

@@ -382,7 +382,8 @@ def test_a_killed_specperf_is_reconciled_at_the_next_compare(repo, tmp_path, unu
     assert group_members(pgid) != []
     # the next compare (it will find the port busy only if the orphan survives)
     config.write_text(config.read_text().replace("output_len = 2000\nrequests = 50", "output_len = 8\nrequests = 2"))
-    if next_command == "measure":  # the engine from the repository's checkout: measure has no worktree
+    if next_command == "measure":  # the engine from the repository's checkout (its HEAD never starts): no worktree
+        subprocess.run(["git", "-C", str(path), "checkout", "-q", "base"], check=True)
         config.write_text(config.read_text().replace(f'PYTHONPATH = "{ROOT}"', f'PYTHONPATH = "{path}/src:{ROOT}"'))
         cli = [*SPECPERF, "--config", str(config), "measure", "--mode", "baseline", "--json", str(tmp_path / "m.json")]
     out = subprocess.run(cli, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -49,12 +49,12 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
 
 
 def _planted_matmul_ms(testenv) -> float:
-    """What slow-spec plants, timed here: the median of 30 products of a 640x640 float32 matrix
-    with itself (scripts/make_engine_repo.py), one thread, on the engine's CPU."""
+    """What slow-spec plants, timed here: the median of 30 products of a 1152x1152 float32
+    matrix with itself (scripts/make_engine_repo.py), one thread, on the engine's CPU."""
     cpu = default_config(testenv).engine("tiny-vllm").cpus[0]
     code = ("import statistics, time, torch\n"
             "torch.set_num_threads(1)\n"
-            "a = torch.randn(640, 640)\n"
+            "a = torch.randn(1152, 1152)\n"
             "[torch.mm(a, a) for _ in range(3)]\n"
             "times = []\n"
             "for _ in range(30):\n"

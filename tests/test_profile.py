@@ -218,7 +218,11 @@ async def test_a_regression_gets_one_profiled_launch_per_arm_naming_the_slower_o
 async def test_no_change_starts_no_profile_round_under_on_change(repo, tmp_path):
     path, shas = repo
     host = FakeHost(tmp_path / "work", lambda launch: 10.0)
-    result = await compare(_profiled(repo, host, "slow"))
+    request = _profiled(repo, host, "slow")
+    # windows of 32 tokens, not 4: the rest tier's load moved 4-token windows by 10-20%, which the
+    # t interval (wider than the BCa one of before, issue 42) left INCONCLUSIVE at 8 pairs once
+    request.workload = request.workload.model_copy(update={"output_len": 32})
+    result = await compare(request)
     assert result.verdicts["baseline"].verdict == NO_CHANGE
     assert len(host.launches) == _measured(result) and result.profiles == {}  # (8 or, under load, 16)
     assert not (tmp_path / "work" / "kept").exists()

@@ -45,7 +45,8 @@ def test_every_block_builder_escapes_foreign_text():
     assert_escaped(verdict_blocks(stored, report), summary_line(stored, report))
     assert_escaped(*failure_blocks("job 1, run 7", f"engine died: {HOSTILE}", f"Traceback\nValueError: {HOSTILE}"))
     bisect = {"status": "found", "message": f"culprit {HOSTILE}", "triage_line": f"c8 fix: {HOSTILE}",
-              "steps": [{"number": 1, "kind": "compare", "head_sha": "c" * 40, "base_sha": "d" * 40, "position": 3,
+              "steps": [{"number": 1, "kind": "compare", "status": "done", "head_sha": "c" * 40, "base_sha": "d" * 40,
+                         "position": 3,
                          "evidence": f"-9% {HOSTILE}", "outcome": "bad"}],
               "mode": "eagle3", "commits": ["c" * 40], "compares": 1, "max_compares": 4, "trials": 8, "spend": {}}
     assert_escaped(*bisect_blocks("job 2", bisect))
@@ -56,6 +57,5 @@ def test_every_block_builder_escapes_foreign_text():
               "foreign_processes": [{"pid": 9, "user": "mallory", "command": f"sleep {HOSTILE}", "cpu_s": 5.0,
                                      "engine_cpus_cpu_s": 5.0}],
               "gpu": {"available": False, "reason": f"no NVML {HOSTILE}"}}
-    judged = judge_window(window, DisturbanceConfig())
-    assert judged.disturbed  # the hostile command line is a culprit, named in the verdict line too
+    judged = judge_window(window, DisturbanceConfig())  # the command line is shown among the busiest processes
     assert_escaped(*watch_blocks("job 3", "gpu-a", WatchResult(None, window, judged)))  # type: ignore[arg-type]

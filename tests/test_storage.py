@@ -48,12 +48,13 @@ async def test_a_compare_is_recorded_and_read_back(db_url, tmp_path, unused_tcp_
     assert verdict.ci_low_pct == pytest.approx(result.verdicts["baseline"].ci_low_pct)
     assert stored.run.settings["workload"]["output_len"] == 64
     phases = [snap.phase for snap in stored.snapshots]
-    # the full snapshot per arm, one window (what the monitor saw in the measured window) per
-    # trial, then the profile round (profile = "always"): this engine has no profiler endpoint, said so
-    assert phases == ["arm-base", "arm-head"] + ["window"] * 8 + ["profile-baseline"]
-    assert all("cpu" in snap.data for snap in stored.snapshots[2:10])
-    assert all(snap.trial_id is not None for snap in stored.snapshots[2:10])
-    profile = stored.snapshots[10]
+    # the full snapshot per arm, the files the commits differ in, one window (what the monitor
+    # saw in the measured window) per trial, then the profile round (profile = "always"): this engine has no profiler endpoint, said so
+    assert phases == ["arm-base", "arm-head", "commit-diff"] + ["window"] * 8 + ["profile-baseline"]
+    assert all("cpu" in snap.data for snap in stored.snapshots[3:11])
+    assert all(snap.trial_id is not None for snap in stored.snapshots[3:11])
+    assert stored.snapshots[2].data["inert"] is None  # the commits differ in code (what changed is kept)
+    profile = stored.snapshots[11]
     assert profile.trial_id is None and profile.data["status"] == "none", profile.data
     runs = storage.list_runs(db, "fake")
     assert runs[0][0].id == run_id

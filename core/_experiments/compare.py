@@ -397,12 +397,12 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
         arm_engine = engine_for_commit(engine, tree, prefix)
         result.imported[role] = await check_import(host, arm_engine, tree)
         engines[role] = (arm_engine, tree)
+    full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
+            for role in engines}
     files = [] if result.base_sha == result.head_sha else \
         await _git.changed_files(host, engine.repo, result.base_sha, result.head_sha)
     result.inert = inert_difference(files, result.base_sha, result.head_sha)
     obs.snapshot("commit-diff", {"files": files[:200], "inert": result.inert}, None)
-    full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
-            for role in engines}
     if all(full.values()):
         result.arm_env_diff = arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
     for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,

@@ -11,9 +11,12 @@ interval and test of the change of mean log tok/s, the compare's margin): NO CHA
 brings its own launch-to-launch spread, and the two runs' levels bring the host's drift between
 runs (:func:`level_spread`: how far the same commit's level moved between stored runs of it
 here; issue 44: on a 2-vCPU VM an unchanged run rechecked 16 minutes later read +12.5%, all of
-it the host's level). Until that drift is learnt from at least two repeats of stored runs, it is
-taken as no smaller than the two runs' own launch-to-launch spread (:func:`assumed_level_spread`),
-and the check says which it used. A noisy or drifting host gives "unsettled", never a false "below".
+it the host's level). The drift only makes a difference harder to claim: "below" or "above"
+needs the change beyond it as well (else "unsettled", saying so), "consistent" does not. Until
+the drift is learnt from at least two repeats of stored runs, it is taken as no smaller than the
+two runs' own launch-to-launch spread (:func:`assumed_level_spread`), except where the engine's
+configuration changed since that run (a named cause); the line says which it used. A noisy
+or drifting host gives "unsettled", never a false "below".
 
 Runs are matched on what defines the benchmark (:data:`MATCH_KEYS`: the engine's model and
 served name, and the workload): an earlier run of the same commit with another model or
@@ -266,18 +269,43 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
         return HistoryCheck(mode, role, sha, "not comparable", newest.run_id, newest.created_at,
                             f"{key} differs: {moved}")
     then = comparable[0]
-    assumed = assumed_level_spread(then.output_tok_s, today)
-    drift = level_spread(past if levels is None else levels, today_setup) or assumed
-    if drift.pairs < 2 and drift.sd_pct < assumed.sd_pct:  # one repeat is no estimate: never below the launch spread
-        drift = assumed
-    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha, level_sd_pct=drift.sd_pct)
+    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha)
     outcome = OUTCOMES.get(shift.verdict, "unsettled")
+    reason = shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}"
+    drift: LevelSpread | None = None
+    if outcome in ("below", "above"):  # a difference is claimed only beyond the host's drift between runs too
+        drift = _drift(then, today, today_setup, past if levels is None else levels)
+        if drift is not None:
+            drifted = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha,
+                                     level_sd_pct=drift.sd_pct)
+            if OUTCOMES.get(drifted.verdict) == outcome:
+                shift, reason = drifted, f"{drifted.verdict}: {drifted.reason}; {drift.line()}"
+            else:
+                outcome = "unsettled"
+                reason = (f"{shift.change_pct:+.1f}% ({shift.ci_low_pct:+.1f} .. {shift.ci_high_pct:+.1f}) beyond both "
+                          f"runs' launch-to-launch spread, but not beyond the host's drift between runs: {drift.line()}; "
+                          "with it allowed for, " + drifted.reason)
+                shift = drifted
     changes = _changes(then, today_setup, today_snapshot) if outcome in ("below", "above") else None
-    reason = (shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}") + f"; {drift.line()}"
     return HistoryCheck(mode, role, sha, outcome, then.run_id, then.created_at, reason,
                         then_tok_s=statistics.median(then.output_tok_s), now_tok_s=statistics.median(today),
                         change_pct=shift.change_pct, ci_low_pct=shift.ci_low_pct, ci_high_pct=shift.ci_high_pct,
-                        changes=changes, level_sd_pct=drift.sd_pct)
+                        changes=changes, level_sd_pct=drift.sd_pct if drift else None)
+
+
+def _drift(then: PastLaunches, today: list[float], today_setup: Mapping[str, Any],
+           levels: list[PastLaunches]) -> LevelSpread | None:
+    """The drift between runs a below or above must clear (module docstring): measured from at
+    least two repeats of stored runs; else the larger of what was measured and the runs' own
+    launch spread (:func:`assumed_level_spread`), unless the engine's configuration changed
+    since that run (a named cause: ``None``, the measured drift if any)."""
+    measured = level_spread(levels, today_setup)
+    if measured is not None and measured.pairs >= 2:
+        return measured
+    if _differences(then.setup, today_setup, CONFIG_KEYS):
+        return measured
+    assumed = assumed_level_spread(then.output_tok_s, today)
+    return assumed if measured is None or measured.sd_pct < assumed.sd_pct else measured
 
 
 def environment_moved(checks: list[HistoryCheck], verdicts: Mapping[str, str]) -> list[str]:
