@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from bot._app import WatchResult
+from bot._app import ProbeTarget, WatchResult
 from bot._slack.blocks import bisect_blocks, failure_blocks, summary_line, verdict_blocks, watch_blocks
 from core._config import DisturbanceConfig
 from core._env.disturbance import judge_window
@@ -58,4 +58,5 @@ def test_every_block_builder_escapes_foreign_text():
                                      "engine_cpus_cpu_s": 5.0}],
               "gpu": {"available": False, "reason": f"no NVML {HOSTILE}"}}
     judged = judge_window(window, DisturbanceConfig())  # the command line is shown among the busiest processes
-    assert_escaped(*watch_blocks("job 3", "gpu-a", WatchResult(None, window, judged)))  # type: ignore[arg-type]
+    target = ProbeTarget(f"engine {HOSTILE}", "python3", {}, None, "gpu-a", [1])
+    assert_escaped(*watch_blocks("job 3", "gpu-a", WatchResult(target, window, judged)))
