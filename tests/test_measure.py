@@ -102,7 +102,7 @@ async def test_an_engine_out_of_memory_that_answers_503_fails_at_once_with_the_o
     started = time.monotonic()
     with pytest.raises(EngineNotReadyError) as caught:
         await measure("oom", engine, "baseline", "w", WORKLOAD, tmp_path)
-    assert time.monotonic() - started < 60  # 5x the slowest seen here (about 3 s), far under 120
+    assert time.monotonic() - started < 60  # its first log read is at 5 s; far under the 120 s timeout
     first = str(caught.value).splitlines()[0]
     assert first.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.60 GiB"), first
     tail = caught.value.log_tail.splitlines()

@@ -298,12 +298,14 @@ def _drift(then: PastLaunches, today: list[float], today_setup: Mapping[str, Any
     """The drift between runs a below or above must clear (module docstring): measured from at
     least two repeats of stored runs; else the larger of what was measured and the runs' own
     launch spread (:func:`assumed_level_spread`), unless the engine's configuration changed
-    since that run (a named cause: ``None``, the measured drift if any)."""
+    since that run (a named cause) or a side has only two launches (their spread is one
+    difference, no estimate; Welch's test on them has about one degree of freedom already):
+    then the measured drift, if any."""
     measured = level_spread(levels, today_setup)
     if measured is not None and measured.pairs >= 2:
         return measured
-    if _differences(then.setup, today_setup, CONFIG_KEYS):
-        return measured
+    if _differences(then.setup, today_setup, CONFIG_KEYS) or min(len(then.output_tok_s), len(today)) < 3:
+        return measured  # a named cause; or two launches a side, whose spread is no estimate (Welch's df ~1 holds)
     assumed = assumed_level_spread(then.output_tok_s, today)
     return assumed if measured is None or measured.sd_pct < assumed.sd_pct else measured
 

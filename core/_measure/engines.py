@@ -90,12 +90,17 @@ class EngineFigures:
 FATAL_GRACE_S = 15.0  # how long an engine that logged a traceback (not out of memory) still gets to become ready
 
 
+FATAL_FIRST_READ_S, FATAL_READ_EVERY_S = 5.0, 2.0  # an engine ready within 5 s never has its log read
+
+
 class _FatalWatch:
-    """The engine log read at most once a second during readiness for a fatal error line."""
+    """The engine log read for a fatal error line during readiness: from
+    :data:`FATAL_FIRST_READ_S` after the wait began, then every :data:`FATAL_READ_EVERY_S` (each
+    read is two commands on an SSH host, which a quick engine should not wait behind)."""
 
     def __init__(self, log_tail: Callable[..., Awaitable[str]]) -> None:
         self._log_tail = log_tail
-        self._read_at = -1.0
+        self._read_at = time.monotonic() - FATAL_READ_EVERY_S + FATAL_FIRST_READ_S
         self._found: tuple[str, bool] | None = None
         self._since: float | None = None
 
@@ -115,7 +120,7 @@ class _FatalWatch:
 
     async def _read(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._read_at < 1.0:
+        if not force and now - self._read_at < FATAL_READ_EVERY_S:
             return
         self._read_at = now
         self._found = fatal_line(await self._log_tail(400))
@@ -165,11 +170,11 @@ class EngineAdapter:
         """Poll the health route, then send one real completion, until both succeed; the
         completion also finds :attr:`length_method` (module docstring). A failed check is
         retried after 0.05 s, doubling to every 0.5 s: an engine that starts in a second is
-        seen at once, one that takes minutes is asked twice a second. Every second the log is
-        read for a fatal error (core._hosts.engine_log.fatal_line): an out-of-memory line ends the
-        wait at once, another traceback's error :data:`FATAL_GRACE_S` later if the engine is
-        still not ready (a server that lost its model can answer 503 for ever); each message
-        leads with that line.
+        seen at once, one that takes minutes is asked twice a second. From 5 s on, the log is
+        read every 2 s for a fatal error (core._hosts.engine_log.fatal_line): an out-of-memory
+        line ends the wait at once, another traceback's error :data:`FATAL_GRACE_S` later if the
+        engine is still not ready (a server that lost its model can answer 503 for ever); each
+        message leads with that line.
 
         Args:
             client: bound to the engine's base URL.
