@@ -246,7 +246,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         console.print(Text("FAILED", style="bold red") + Text(f": {result.reason}"))
         if result.log_tail:
             console.print(result.log_tail, markup=False, highlight=False)
-        return failure(result.error, EXIT_ENGINE)[1] if result.error else EXIT_ENGINE
+        return failure(result.error, EXIT_ENGINE)[1]  # no error kept: the default, an engine failure
     trials = figures(result, request.settings.pairing)
     report = summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
                        result.launches(), result.disturbed, plans, result.profiles)

@@ -23,7 +23,7 @@ _FAILURES = (
 )
 
 
-def failure(exc: BaseException, default: int = EXIT_USAGE) -> tuple[str, int]:
+def failure(exc: BaseException | None, default: int = EXIT_USAGE) -> tuple[str, int]:
     """(label, exit status) of an error: the first of the table above that it is an instance of,
-    else ``("error", default)``."""
+    else (no error too) ``("error", default)``."""
     return next(((label, status) for kind, label, status in _FAILURES if isinstance(exc, kind)), ("error", default))

@@ -20,6 +20,7 @@ the cheap per-trial probe (:func:`probe_cheap`) skips the software scan.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -42,6 +43,7 @@ class ProbeError(SpecperfError):
     """The probe could not run or did not answer with a snapshot (the message says which and why)."""
 
 
+@functools.cache
 def probe_script_text() -> str:
     """The probe's source with its secret rule joined in (core._secret_rule.joined), for feeding
     to ``python -`` on a host."""

@@ -281,12 +281,6 @@ def decide(
                    **interval, **common)
 
 
-def paired_p(r: np.ndarray) -> float:
-    """Two-sided p of the one-sample t-test of log-ratios ``r`` against 0 (at least 2 values);
-    identical values give 0 (all the same non-zero change) or 1 (no change at all)."""
-    return _mean_estimate(np.asarray(r, dtype=float)).p()
-
-
 def _classify(low: float, high: float, p: float, margin: float, alpha: float) -> str:
     """The three-way rule on a log-ratio interval (low, high), a paired t-test p and a log margin."""
     if (high < -margin or low > margin) and p < alpha:
