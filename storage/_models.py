@@ -124,10 +124,12 @@ class VerdictRow(SQLModel, table=True):
     attribution: str | None = None
     reason: str = Field(sa_column=Column(Text, nullable=False))
     position: dict | None = Field(default=None, sa_column=Column(JSON))  # core.Position as a dict
+    outputs: dict | None = Field(default=None, sa_column=Column(JSON))  # the outputs check of the arms
+    categories: dict | None = Field(default=None, sa_column=Column(JSON))  # the verdicts per category
 
     def to_verdict(self) -> Verdict:
-        """The row as core's :class:`~core.Verdict` (rows stored before the ``position`` column
-        have none)."""
+        """The row as core's :class:`~core.Verdict` (rows stored before the ``position``,
+        ``outputs`` or ``categories`` columns have none)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(Verdict) if f.name != "position"}
         return Verdict(**fields, position=Position(**self.position) if self.position else None)
 

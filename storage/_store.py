@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 from core import CompareObserver, CompareResult, Verdict
 from core._experiments.bisection import BisectObserver, BisectRequest, BisectResult, BisectStep
 from core._experiments.compare import Arm as CoreArm
-from core._experiments.compare import CompareRequest
+from core._experiments.compare import CompareRequest, request_doc
 from core._measure.trial import TrialResult
 from core._redact import redact
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow, utcnow
@@ -116,10 +116,7 @@ class RunStore(CompareObserver):
             row.accepted_tokens = figures.accepted_tokens
             row.engine_output_tok_s = figures.output_tok_s
             row.engine_figures_source = figures.source
-            row.requests = [
-                {"ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms, "tpot_ms": r.tpot_ms, "output_tokens": r.output_tokens}
-                for r in sample.requests
-            ]
+            row.requests = [request_doc(r) for r in sample.requests]
             session.add(row)
             session.commit()
 

@@ -16,7 +16,9 @@ Faults for tests: ``--truncate-at N`` ends each stream after N tokens with
 ``[DONE]``; ``--exit-at N`` kills the whole server process after N tokens in total.
 Other servers' manners: ``--reject-fields ignore_eos,min_tokens`` (HTTP 422, as
 ``transformers serve``), ``--eos-at N`` (the model stops at N tokens unless the length is
-held), ``--no-done`` (streams end cleanly without ``[DONE]``). ``--profile-dir-env NAME``: vLLM's
+held), ``--no-done`` (streams end cleanly without ``[DONE]``). Answers: ``--answer-prefix P`` (token k
+is ``P`` + ``t{k} ``), ``--slow-prompts PATTERN=FACTOR`` (prompts matching the regular
+expression get FACTOR times the ITL). ``--profile-dir-env NAME``: vLLM's
 profiler endpoints, traces written into the folder that variable names (core.testing's
 ExactRateServer).
 
@@ -57,9 +59,11 @@ def truth_output_tok_s(records: list[dict]) -> float:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    slow = args.slow_prompts.rsplit("=", 1) if args.slow_prompts else None
     server = ExactRateServer(args.ttft_ms, args.itl_ms, args.truncate_at, args.drop_at, args.exit_at,
                              tuple(filter(None, args.reject_fields.split(","))), args.eos_at, args.no_done,
-                             os.environ.get(args.profile_dir_env) if args.profile_dir_env else None)
+                             os.environ.get(args.profile_dir_env) if args.profile_dir_env else None,
+                             args.answer_prefix, (slow[0], float(slow[1])) if slow else None)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, backlog=1024)
     print(f"listening on {listener.sockets[0].getsockname()[1]}", flush=True)
     await listener.serve_forever()
@@ -76,6 +80,8 @@ def main() -> None:
     parser.add_argument("--reject-fields", default="")
     parser.add_argument("--eos-at", type=int)
     parser.add_argument("--no-done", action="store_true")
+    parser.add_argument("--answer-prefix", default="", help="token k of every answer is PREFIX + 't{k} '")
+    parser.add_argument("--slow-prompts", help="PATTERN=FACTOR: a prompt matching PATTERN gets FACTOR x the ITL")
     parser.add_argument("--profile-dir-env", help="the variable naming the trace folder: answer the profiler endpoints")
     try:
         import uvloop

@@ -32,6 +32,8 @@ from tests import exact_rate_server
 ITL_MS = {itl}
 LAUNCH_NOISE = {noise}
 FAILS = {fails}
+ANSWER_PREFIX = {prefix!r}
+SLOW_PROMPTS = {slow_prompts!r}
 {comment}
 
 if __name__ == "__main__":
@@ -45,7 +47,9 @@ if __name__ == "__main__":
         scale = float(args[i + 1])
         del args[i:i + 2]
     itl = ITL_MS * scale * (1 + random.gauss(0, LAUNCH_NOISE))
-    sys.argv = ["fake_engine", *args, "--itl-ms", str(itl), "--ttft-ms", "5"]
+    sys.argv = ["fake_engine", *args, "--itl-ms", str(itl), "--ttft-ms", "5", "--answer-prefix", ANSWER_PREFIX]
+    if SLOW_PROMPTS:
+        sys.argv += ["--slow-prompts", SLOW_PROMPTS]
     exact_rate_server.main()
 '''
 
@@ -85,7 +89,7 @@ def make_repo(path: Path, commits: list[tuple[str, str, dict]] | None = None) ->
     shas = {}
     for tag, message, knobs in commits or COMMITS:
         (path / "src").mkdir(exist_ok=True)
-        (path / "src/fake_engine.py").write_text(ENGINE.format(**knobs))
+        (path / "src/fake_engine.py").write_text(ENGINE.format(**{"prefix": "", "slow_prompts": None, **knobs}))
         _git(path, "add", "-A")
         _git(path, "commit", "-q", "-m", message)
         _git(path, "tag", tag)

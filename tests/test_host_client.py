@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from core._experiments.compare import CompareRequest, compare, resolve_refs
 from core._experiments.stats import INCONCLUSIVE, REGRESSION
 from core._hosts import SshHost, open_host
 from core._hosts.base import Spawned
-from core._measure.client import RequestRecord, run_workload
+from core._measure.client import RequestRecord, run_workload, workload_prompts
 from core._measure.host_client import PROTOCOL, run_on_host, serve
 from core._measure.trial import measure
 from core.testing import ExactRateServer
@@ -97,8 +98,10 @@ async def exact_rate(**options):
 
 
 def spec(base_url: str, workload: core.WorkloadConfig = WORKLOAD, **extra) -> str:
+    measured, warm = workload_prompts(workload)
+    prompts = {"measured": [asdict(p) for p in measured], "warmup": [asdict(p) for p in warm]}
     return json.dumps({"protocol": PROTOCOL, "base_url": base_url, "model": "m", "workload": workload.model_dump(),
-                       "length_method": "ignore_eos", "avoid_cpus": None, **extra}) + "\n"
+                       "length_method": "ignore_eos", "avoid_cpus": None, "prompts": prompts, **extra}) + "\n"
 
 
 class InProcess(Spawned):
@@ -280,7 +283,7 @@ DONE = json.dumps({"done": {"index": 0, "start_s": 1.0, "end_s": 2.0, "ttft_ms":
     ([HELLO, WARM, DONE, json.dumps({"sample": {"window_start_s": 1, "window_end_s": 2, "requests": 2}})], 0,
      r"reported 2 requests but sent 1"),
     ([], 1, r"exited with status 1 before it started; its standard error ends:\nTraceback"),
-    ([json.dumps({"hello": {"protocol": 99}})], 0, r"speaks protocol 99, this specperf 1"),
+    ([json.dumps({"hello": {"protocol": 99}})], 0, rf"speaks protocol 99, this specperf {PROTOCOL}"),
     ([HELLO, json.dumps({"error": "bad spec: workload.concurrency"})], 2, r"could not run: bad spec: workload"),
     ([HELLO, WARM], None, r"^the connection to host box was lost during the measured requests"),
 ])

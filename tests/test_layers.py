@@ -16,7 +16,7 @@ TOPS = ("core", "bot", "storage")
 # bottom layer first; a unit may import its own layer's members only where they are listed
 # together as one layer and it does not form a circle (checked separately)
 CORE_LAYERS = [
-    {"core._errors", "core._secret_rule", "core._redact", "core._strict_model"},
+    {"core._errors", "core._secret_rule", "core._redact", "core._strict_model", "core._prompts"},
     {"core._config"},
     {"core._hosts"},
     {"core._git", "core._env", "core._profile"},

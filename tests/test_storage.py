@@ -19,7 +19,7 @@ def test_migrations_create_the_schema_and_are_idempotent(db_url):
             "schedule_log", "owners", "seen_requests"} <= set(inspect(db).get_table_names())
     storage.open_database(db_url)  # a second open is a no-op upgrade
     with db.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0005"
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0006"
 
 
 @pytest.mark.e2e

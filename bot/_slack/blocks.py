@@ -85,7 +85,9 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
     """
     run = stored.run
     verdicts = [e["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")]
-    worst = next((w for w in ("REGRESSION", "IMPROVEMENT", "INCONCLUSIVE", "NO CHANGE") if w in verdicts), "-")
+    verdicts += ["OUTPUTS CHANGED" for e in report["modes"].values() if e.get("above")]
+    worst = next((w for w in ("OUTPUTS CHANGED", "REGRESSION", "IMPROVEMENT", "INCONCLUSIVE", "NO CHANGE")
+                  if w in verdicts), "-")
     header = f"{worst}: {run.engine_name} {run.head_ref} ({run.head_sha[:10]}) vs {run.base_sha[:10]}"
     blocks: list[dict] = [_header(header)]
     if recheck := report.get("recheck"):
@@ -96,7 +98,10 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
     for mode, entry in report["modes"].items():
         base, head, v = entry["base"], entry["head"], entry.get("verdict")
         verdict = v["verdict"] if v else "-"
-        blocks.append(_text(f"{_EMOJI.get(verdict, '')} *{mode}*: *{verdict}*"))
+        if entry.get("above"):
+            blocks.append(_text("\n".join(f":rotating_light: *{line}*" for line in entry["above"])[:2900]))
+        blocks.append(_text(f"{_EMOJI.get(verdict, '')} *{mode}*: *{verdict}*"
+                            + (" (speed of different answers)" if entry.get("above") else "")))
         blocks.append({"type": "section", "fields": [
             _field("base tok/s", fmt(base["output_tok_s"])),
             _field("commit tok/s", fmt(head["output_tok_s"])),
@@ -106,7 +111,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
             _field("ms / step", f"{fmt(base['step_ms'], 2)} -> {fmt(head['step_ms'], 2)}"),
         ]})
         if v:
-            limits = "".join(f"\n{line}" for line in entry.get("limits", []) + profile_lines(entry))
+            limits = "".join(f"\n{line}" for line in entry.get("limits", []) + profile_lines(entry)
+                             + entry.get("notes", []))
             blocks.append(_context(f"{v['n_pairs']} pairs: {v['reason']}{limits}"))
     for mode, sides in report["speedups"].items():
         if parts := speedup_text(sides):

@@ -24,6 +24,9 @@ def print_report(console: Console, report: dict, title: str) -> None:
     earlier runs of its commit (``report["history"]``, :func:`bot._runs.history_checks`)."""
     if report.get("headline"):
         console.print(Text(report["headline"], style="bold yellow"))
+    for entry in report["modes"].values():
+        for line in entry.get("above", []):
+            console.print(Text(line, style="bold red"))
     table = Table(title=title)
     for column in ("mode", "base tok/s", "commit tok/s", "change (95% CI)", "p", "verdict",
                    "acceptance length", "ms / step"):
@@ -34,7 +37,7 @@ def print_report(console: Console, report: dict, title: str) -> None:
             change = f"{_pct(v['change_pct'])} ({_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])})"
         else:
             change = _pct(v["change_pct"]) if v else "-"
-        verdict = v["verdict"] if v else "-"
+        verdict = (v["verdict"] if v else "-") + (" (outputs changed)" if entry.get("above") else "")
         table.add_row(
             escape(mode), fmt(base["output_tok_s"]), fmt(head["output_tok_s"]), change,
             "-" if not v or v["p_value"] is None else f"{v['p_value']:.3g}",
@@ -49,6 +52,8 @@ def print_report(console: Console, report: dict, title: str) -> None:
             console.print(f"  {mode}: {v['verdict']} ({v['n_pairs']} pairs): {v['reason']}", markup=False, highlight=False)
             for line in entry.get("limits", []) + profile_lines(entry):
                 console.print(f"    {line}", markup=False, highlight=False)
+        for line in entry.get("notes", []):
+            console.print(f"    {line}", markup=False, highlight=False)
     environment = report.get("environment") or {}
     if environment.get("arms_differ"):
         console.print("  environment differs between the arms: " + "; ".join(environment["arms_differ"][:6]),

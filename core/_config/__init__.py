@@ -24,6 +24,7 @@ from pydantic import (
 
 from core._config.triage_rules import TriageConfig
 from core._errors import ConfigError
+from core._prompts import BUILTIN_PROMPT_SETS, UNCATEGORISED, check_prompt_set
 from core._redact import REDACTED, redact, secret_name
 from core._strict_model import ConfigSection as _Strict
 from core._strict_model import expand_vars as _expand
@@ -267,14 +268,27 @@ class EngineConfig(_Strict):
 
 
 class WorkloadConfig(_Strict):
-    """A seeded, fixed workload.
+    """A seeded, fixed workload (docs/workloads.md).
 
-    ``prompt_words`` words of seeded text per prompt, ``output_len`` tokens generated per
-    request (held fixed with ``ignore_eos``), ``concurrency`` requests in flight,
-    ``requests`` measured requests after ``warmup_requests`` uncounted ones.
+    ``prompts``: where the prompts come from: ``"random-words"`` (``prompt_words`` seeded words
+    each, drawn from a fixed list), ``"categories"`` (the prompt set shipped with specperf, six
+    categories: core/_measure/prompt_sets/), or the path of a prompt-set file in ``format``
+    (``"auto"`` tells by content: Spec-Bench ``question.jsonl``, ShareGPT JSON, or JSONL with
+    ``prompt`` or ``messages``); a relative path is taken from the config file's folder.
+    ``categories``: the file's categories to use (empty: all). ``mix``: ``"balanced"`` takes
+    the same number of requests from each category, in turn; ``"file"`` keeps the file's mix.
+    ``output``: ``"fixed"`` holds every answer at ``output_len`` tokens (the engine's length
+    method, e.g. ``ignore_eos``); ``"natural"`` lets the model stop at its end token, capped at
+    ``output_len``. ``concurrency`` requests in flight, ``requests`` measured requests after
+    ``warmup_requests`` uncounted ones.
     """
 
     api: Literal["completions", "chat"] = "completions"
+    prompts: str = Field(default="random-words", min_length=1)
+    format: Literal["auto", "spec-bench", "sharegpt", "jsonl"] = "auto"
+    categories: list[str] = Field(default_factory=list)
+    mix: Literal["balanced", "file"] = "balanced"
+    output: Literal["fixed", "natural"] = "fixed"
     prompt_words: int = Field(default=32, ge=1)
     output_len: int = Field(default=128, ge=2)
     concurrency: int = Field(default=1, ge=1)
@@ -282,6 +296,28 @@ class WorkloadConfig(_Strict):
     warmup_requests: int = Field(default=2, ge=0)
     seed: int = 0
     request_timeout_s: float = Field(default=300.0, gt=0)
+
+
+BUILTIN_WORKLOADS = {
+    "random-words": WorkloadConfig(),
+    "categories": WorkloadConfig(prompts="categories", api="chat", output="natural", requests=24, output_len=128),
+}
+
+
+def check_prompts(workload: WorkloadConfig, where: str) -> None:
+    """Read ``workload``'s prompt set now (core._prompts), so a bad file, a category it lacks,
+    or fewer measured requests than the balanced categories need stops the command before
+    anything is launched. ``where`` names the workload in the message.
+
+    Raises:
+        ConfigError: naming the file and line, or the key to change.
+    """
+    prompts = check_prompt_set(workload.prompts, workload.format, workload.categories, workload.api, where)
+    categories = {p.category or UNCATEGORISED for p in prompts}
+    if workload.mix == "balanced" and len(categories) > workload.requests:
+        raise ConfigError(f"{where}: requests = {workload.requests} is fewer than the {len(categories)} categories "
+                          "of its prompt set, so some would not be measured; raise requests (a multiple of "
+                          "the categories gives each the same number) or name fewer categories")
 
 
 class DisturbanceConfig(_Strict):
@@ -416,6 +452,9 @@ class Config(_Strict):
                 raise ValueError(slurm_python_missing(name, host.ssh))
             if host.client == "host" and not host.client_python:
                 raise ValueError(client_python_missing(name))
+        workloads = dict(BUILTIN_WORKLOADS)
+        workloads.update(self.workloads)
+        object.__setattr__(self, "workloads", workloads)
         for name, engine in self.engines.items():
             if engine.host not in hosts:
                 raise ValueError(
@@ -479,6 +518,11 @@ def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -
         lines = [_describe(err, source) for err in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
     config._source = source
+    folder = Path(source).parent if Path(source).is_file() else Path.cwd()
+    for name, workload in config.workloads.items():
+        if workload.prompts not in BUILTIN_PROMPT_SETS:
+            workload.prompts = str((folder / Path(workload.prompts).expanduser()).resolve())
+        check_prompts(workload, f"{source}: workloads.{name}")
     return config
 
 

@@ -11,7 +11,9 @@ driver         GPU presence and count, driver, CUDA driver and NVML versions
 nccl           NCCL version, then NCCL's settings: ``NCCL_*`` and ``TORCH_NCCL_*`` variables
 torch          torch version, its CUDA, HIP, cuDNN, git version
 engine         vllm, sglang, sgl-kernel, flashinfer, triton versions (in that order), the
-               engine checkout's SHA and dirtiness
+               engine checkout's SHA and dirtiness, then what the client asked of it (a
+               compare's arm snapshots: ``client.*``, core._measure.client.request_settings):
+               sampling, API, output length method, prompts, specperf's version
 env            variables known to move engine performance: ``NCCL_*``, ``CUDA_*``,
                ``NVIDIA_*``, ``SGLANG_*``, ``SGL_*``, ``VLLM_*``, ``TORCH_*``, ``PYTORCH_*``,
                ``TORCHINDUCTOR_*``, ``TRITON_*``, ``FLASHINFER_*``, DeepGEMM's ``DG_*``,
@@ -134,7 +136,8 @@ _ORDER = {
     Category.TORCH: ("software.torch.version", "software.torch.cuda",
                      "software.torch.hip", "software.torch.cudnn", "software.torch.git_version"),
     Category.ENGINE: tuple(f"software.packages.{name}.version" for name in ENGINE_LIBRARIES)
-    + ("system.git.sha", "system.git.dirty"),
+    + ("system.git.sha", "system.git.dirty")
+    + tuple(f"client.{key}" for key in ("temperature", "api", "output", "length", "max_tokens", "prompts", "client")),
 }
 PERFORMANCE_ENV = re.compile(
     r"^(NCCL_|CUDA_|NVIDIA_|SGLANG_|SGL_|VLLM_|TORCH_|PYTORCH_|TORCHINDUCTOR_|TRITON_|FLASHINFER_|DG_|NVSHMEM_"

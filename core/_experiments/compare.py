@@ -50,10 +50,13 @@ from core._env.fingerprint import diff_snapshots
 from core._env.hygiene import clean_gpus
 from core._env.probe import ProbeError, probe_async
 from core._errors import ConfigError, EngineError, HostBusyError, SpecperfError, without_log_tail
+from core._experiments.categories import category_verdicts
+from core._experiments.outputs import compare_answers
 from core._experiments.profiling import INTERRUPTED, profile_mode, wanted
 from core._experiments.report import launch_rows
 from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, REGRESSION, ArmTrial, Verdict, decide
 from core._hosts import EngineHandle, Host
+from core._measure.client import RequestRecord, request_settings
 from core._measure.trial import TrialResult, measure, measure_pair
 from core._measure.worktree_engine import build_commit, check_import, engine_for_commit
 
@@ -176,7 +179,14 @@ def arm_trial(trial: TrialResult) -> ArmTrial:
     """The figures of a trial that the statistics use."""
     tpot = trial.sample.tpot_ms
     return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
-                    trial.engine.acceptance_missing)
+                    trial.engine.acceptance_missing, requests=tuple(request_doc(r) for r in trial.sample.requests))
+
+
+def request_doc(record: RequestRecord) -> dict:
+    """What is kept of one measured request, live and in storage (``Trial.requests``)."""
+    return {"ttft_ms": record.ttft_ms, "e2e_ms": record.e2e_ms, "tpot_ms": record.tpot_ms,
+            "output_tokens": record.output_tokens, "category": record.category, "text": record.text,
+            "finish_reason": record.finish_reason, "spec_verify_ct": record.spec_verify_ct}
 
 
 # Paths no engine reads: a commit that changes only these cannot change what is measured
@@ -202,19 +212,26 @@ def inert_difference(files: list[str], base_sha: str, head_sha: str) -> str | No
 
 def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, inert: str | None = None) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
-    launch order (pairs = the shorter arm's count). When the engine could not give acceptance
-    length, the reason names the missing counter. ``inert`` (:func:`inert_difference`): the
+    launch order (pairs = the shorter arm's count), with the outputs check of its arms and its
+    verdict per category (core._experiments.outputs, core._experiments.categories). When the
+    engine could not give acceptance length, the reason names the missing counter. ``inert`` (:func:`inert_difference`): the
     arms run the same code, so a REGRESSION or IMPROVEMENT by the numbers is reported as
     INCONCLUSIVE with what it is: the host's difference between the arms, never the commit's."""
     n = min(len(trials["base"]), len(trials["head"]))
-    verdict = decide(trials["base"][:n], trials["head"][:n],
-                     margin_pct=settings.margin_pct, alpha=settings.alpha, min_pairs=settings.min_trials)
-    if inert and verdict.verdict in (REGRESSION, IMPROVEMENT):
-        verdict = dataclasses.replace(
-            verdict, verdict=INCONCLUSIVE, attribution=None, more_trials=None,
-            reason=f"{verdict.verdict} by the numbers ({verdict.change_pct:+.1f}%), but {inert}: nothing in them can "
-                   "change the engine, so this is the host's difference between the arms (launch order, drift), not "
-                   f"the commit's; `specperf calibrate` measures this host ({verdict.reason})")
+    base, head = trials["base"][:n], trials["head"][:n]
+
+    def judge(base: list[ArmTrial], head: list[ArmTrial], alpha: float) -> Verdict:
+        verdict = decide(base, head, margin_pct=settings.margin_pct, alpha=alpha, min_pairs=settings.min_trials)
+        if inert and verdict.verdict in (REGRESSION, IMPROVEMENT):
+            verdict = dataclasses.replace(
+                verdict, verdict=INCONCLUSIVE, attribution=None, more_trials=None,
+                reason=f"{verdict.verdict} by the numbers ({verdict.change_pct:+.1f}%), but {inert}: nothing in them "
+                       "can change the engine, so this is the host's difference between the arms (launch order, "
+                       f"drift), not the commit's; `specperf calibrate` measures this host ({verdict.reason})")
+        return verdict
+
+    verdict = dataclasses.replace(judge(base, head, settings.alpha), outputs=compare_answers(base, head),
+                                  categories=category_verdicts(base, head, settings.alpha, judge))
     missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
                       if t.acceptance_missing})
     if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
@@ -492,6 +509,9 @@ async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, s
     except ProbeError as exc:
         obs.progress(f"environment probe ({phase}) failed: {exc}")
         return None
+    if not cheap:  # an arm's snapshot: what the client asks is part of the set-up
+        method = "ignore_eos" if engine.output_length == "probe" else engine.output_length
+        data["client"] = request_settings(request.workload, method)
     obs.snapshot(phase, data, seq)
     return data
 

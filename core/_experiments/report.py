@@ -15,29 +15,37 @@ from typing import NotRequired, TypedDict, cast
 from core._config import CompareConfig
 from core._env.disturbance import Disturbance, culprit_lines
 from core._experiments.calibrate import Plan, pair_spread_pct
+from core._experiments.outputs import degenerate_lines, lossless_lines
 from core._experiments.stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, speedup, speedup_change
 
 BASELINE = "baseline"
 
 
 class ArmFigures(TypedDict):
-    """One arm of one mode in a :class:`CompareReport`: medians over its ok trials."""
+    """One arm of one mode in a :class:`CompareReport`: medians over its ok trials, and the
+    mean output length of its requests (tokens; ``None`` when not stored)."""
 
     trials: int
     output_tok_s: float | None
     acceptance_length: float | None
     step_ms: float | None
     output_tok_s_all: list[float]
+    output_tokens_mean: float | None
 
 
 class ModeReport(TypedDict, total=False):
     """One mode: its two arms, (when decided) the verdict as a dict of :class:`Verdict` and what
-    limited it, and (when profiled) the profile round's document (core._experiments.profiling)."""
+    limited it, and (when profiled) the profile round's document (core._experiments.profiling).
+    ``above``: what every view says before the speed verdict (the outputs changed:
+    core._experiments.outputs); ``notes``: what follows it (runs whose speed means little, the
+    lossless check against baseline, the verdicts per category)."""
 
     base: ArmFigures
     head: ArmFigures
     verdict: dict
     limits: list[str]
+    above: list[str]
+    notes: list[str]
     profile: dict
 
 
@@ -162,6 +170,35 @@ def _limits(mode: str, verdict: Verdict, arms: dict[str, list[ArmTrial]], rows: 
     return lines
 
 
+def _mean_output_tokens(arm: list[ArmTrial]) -> float | None:
+    counts = [r.get("output_tokens") or 0 for t in arm for r in t.requests]
+    return sum(counts) / len(counts) if counts else None
+
+
+def _answers(mode: str, verdict: Verdict | None, trials: dict[str, dict[str, list[ArmTrial]]]
+             ) -> tuple[list[str], list[str]]:
+    """(above, notes) of ``mode`` (:class:`ModeReport`) from its verdict's outputs check and
+    categories, and its trials' answers and output lengths."""
+    arms = trials[mode]
+    above, notes = [], []
+    outputs = verdict.outputs if verdict else None
+    if outputs and outputs["status"] == "changed":
+        above.append(f"OUTPUTS CHANGED in {mode}: {outputs['line']}; the speed verdict below compares different "
+                     "answers")
+    elif outputs:
+        notes.append(f"outputs: {outputs['line']}")
+    lengths = {role: _mean_output_tokens(arms[role]) for role in ("base", "head")}
+    if all(lengths.values()) and abs(lengths["head"] / lengths["base"] - 1) > 0.05:  # type: ignore[operator]
+        above.append(f"answers differ in length in {mode}: base {lengths['base']:.1f} tokens on average, commit "
+                     f"{lengths['head']:.1f}: tok/s compares different work")
+    notes += degenerate_lines(arms, speculative=mode != BASELINE)
+    if mode != BASELINE and BASELINE in trials:
+        notes += lossless_lines(mode, arms, trials[BASELINE])
+    if verdict and verdict.categories:
+        notes.append(verdict.categories["line"])
+    return above, notes
+
+
 def _headline(rows: list[dict], disturbed: dict[int, Disturbance], settings: CompareConfig) -> str | None:
     """One line for the top of a report when the host was busy."""
     if not disturbed:
@@ -206,9 +243,11 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "acceptance_length": _median([t.acceptance_length for t in arm]),
                 "step_ms": _median([t.step_ms for t in arm]),
                 "output_tok_s_all": [t.output_tok_s for t in arm],
+                "output_tokens_mean": _mean_output_tokens(arm),
             }
             for role, arm in arms.items()
         })
+        modes[mode]["above"], modes[mode]["notes"] = _answers(mode, verdicts.get(mode), trials)
         if mode in verdicts:
             modes[mode]["verdict"] = dataclasses.asdict(verdicts[mode])
             modes[mode]["limits"] = _limits(mode, verdicts[mode], arms, rows, disturbed, settings,

@@ -77,7 +77,10 @@ class ArmTrial:
     ``acceptance_missing``: why the engine could not give acceptance length under
     speculation (the counter it lacks), else ``None``. ``round_edge``: with one engine at a
     time, whether this launch opened or closed its round of four (``False``: one of the two in
-    the middle); ``None`` for two engines measured in turns (module docstring).
+    the middle); ``None`` for two engines measured in turns (module docstring). ``requests``:
+    the measured requests in prompt order, each ``{"category", "text", "output_tokens",
+    "e2e_ms", "spec_verify_ct"}`` as stored (core/_experiments/outputs.py reads them; ``text``
+    is absent from runs stored before outputs were kept).
     """
 
     output_tok_s: float
@@ -85,6 +88,7 @@ class ArmTrial:
     tpot_ms: float | None = None
     acceptance_missing: str | None = None
     round_edge: bool | None = None
+    requests: tuple[dict, ...] = ()
 
     @property
     def step_ms(self) -> float | None:
@@ -96,7 +100,12 @@ class ArmTrial:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One mode's verdict and the evidence for it. Percentages are of the base arm."""
+    """One mode's verdict and the evidence for it. Percentages are of the base arm.
+
+    ``outputs``: the outputs check of the arms (core._experiments.outputs.compare_answers;
+    ``None``: texts not kept). ``categories``: the verdict per category of the prompt set
+    (core._experiments.categories.category_verdicts; ``None``: fewer than two categories).
+    """
 
     verdict: str
     n_pairs: int
@@ -112,6 +121,8 @@ class Verdict:
     attribution: str | None
     reason: str
     position: Position | None = None
+    outputs: dict | None = None
+    categories: dict | None = None
 
 
 def pair_log_ratios(base: list[float], head: list[float]) -> np.ndarray:
@@ -221,7 +232,8 @@ def decide(
     Args:
         base, head: successful trials of the two arms, in pair order, equal length.
         margin_pct: changes within +-margin count as no change (percent of base tok/s).
-        alpha: the t-test's significance level (the interval is the matching 95% one).
+        alpha: the t-test's significance level; the interval is the matching ``1 - alpha`` one
+            (95% at the default; a family of category verdicts asks for a smaller alpha each).
         min_pairs: fewer pairs give INCONCLUSIVE.
 
     Raises:
@@ -251,9 +263,10 @@ def decide(
         return Verdict(INCONCLUSIVE, ci_low_pct=None, ci_high_pct=None, p_value=None,
                        more_trials=max(min_pairs, 2) - n, attribution=None,
                        reason=f"{n} pairs so far; at least {max(min_pairs, 2)} are needed", **common)
-    low, high = estimate.interval()
+    low, high = estimate.interval(1 - alpha)
     p = estimate.p()
     interval = dict(ci_low_pct=_pct(low), ci_high_pct=_pct(high), p_value=p)
+    level = f"{100 * (1 - alpha):.3g}%"
     verdict = _classify(low, high, p, margin, alpha)
     favoured = f"; {position.line()}" if position and position.significant(alpha) else ""
     if verdict in (REGRESSION, IMPROVEMENT) and n < CHANGE_MIN_PAIRS:
@@ -270,12 +283,13 @@ def decide(
         attribution = _attribution(acceptance_change, step_change)
         because = f"; {attribution} moved" if attribution else ""
         return Verdict(verdict, more_trials=None, attribution=attribution,
-                       reason=f"the whole 95% interval lies beyond the {margin_pct:g}% margin and p = {p:.3g} < "
-                              f"{alpha:g}{because}{favoured}",
+                       reason=f"the whole {level} interval lies beyond the {margin_pct:g}% margin and p = {p:.3g} "
+                              f"< {alpha:g}{because}{favoured}",
                        **interval, **common)
     if verdict == NO_CHANGE:
         return Verdict(NO_CHANGE, more_trials=None, attribution=None,
-                       reason=f"the whole 95% interval lies within +-{margin_pct:g}%{favoured}", **interval, **common)
+                       reason=f"the whole {level} interval lies within +-{margin_pct:g}%{favoured}", **interval,
+                       **common)
     return Verdict(INCONCLUSIVE, more_trials=_more_trials(n, low, high, estimate.mean, margin, min_pairs),
                    attribution=None, reason=_inconclusive_reason(low, high, margin, p, alpha, "t-test") + favoured,
                    **interval, **common)

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from core._config import WorkloadConfig
 from core._env.fingerprint import SnapshotError, diff_snapshots
 from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, unpaired_shift
 
@@ -59,7 +60,13 @@ def setup_of(settings: Mapping[str, Any], mode: str) -> dict[str, Any]:
     engine = settings.get("engine") or {}
     return {"model": engine.get("model"), "served_model_name": engine.get("served_model_name"),
             "args": engine.get("args"), "mode args": (engine.get("modes") or {}).get(mode),
-            "env": engine.get("env"), "workload": settings.get("workload")}
+            "env": engine.get("env"), "workload": _filled(settings.get("workload"))}
+
+
+def _filled(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A stored workload with the keys added since it was stored at their defaults (a run
+    stored before ``prompts`` existed measured random words), so it matches today's."""
+    return None if workload is None else {**WorkloadConfig().model_dump(), **workload}
 
 
 @dataclass(frozen=True)

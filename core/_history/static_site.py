@@ -429,13 +429,17 @@ def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, 
                      "-" if v.get("p_value") is None else f"{v['p_value']:.3g}", _verdict_span(v.get("verdict")),
                      f"{_num(base['acceptance_length'], 2)} &rarr; {_num(head['acceptance_length'], 2)}",
                      f"{_num(base['step_ms'], 2)} &rarr; {_num(head['step_ms'], 2)}"])
+    above = [line for entry in report["modes"].values() for line in entry.get("above", [])]
+    if above:
+        parts.append("<ul id=\"outputs-changed\">" + "".join(f"<li><strong>{_e(line)}</strong></li>" for line in above)
+                     + "</ul>")
     parts.append("<h2>Verdicts</h2>\n" + _table(["mode", "base tok/s", "commit tok/s", "change", "95% CI", "p", "verdict",
                                                  "acceptance length", "ms / step"], rows, numeric=(1, 2, 3, 5),
                                                 table_id="verdicts"))
     reasons = []
     for mode, entry in report["modes"].items():
         if v := entry.get("verdict"):
-            limits = "".join(f"<li>{_e(line)}</li>" for line in entry.get("limits", []))
+            limits = "".join(f"<li>{_e(line)}</li>" for line in entry.get("limits", []) + entry.get("notes", []))
             reasons.append(f"<li>{_e(mode)}: {_verdict_span(v['verdict'])} ({v['n_pairs']} pairs): {_e(v['reason'])}"
                            + (f"<ul>{limits}</ul>" if limits else "") + "</li>")
     if reasons:

@@ -17,10 +17,14 @@ Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serv
 
 Output tokens are the server's ``usage.completion_tokens`` (asked for with
 ``stream_options.include_usage``); if the server sends no usage, the number of text chunks.
-Output length is held fixed by the engine's length method (:data:`LENGTH_METHODS`):
-``ignore_eos`` (vLLM, SGLang), ``min_tokens`` = ``max_tokens``, or ``max_tokens`` alone, where
-a model that stops early gives a short answer. A request that returns fewer tokens than
-asked, fails, or ends its stream neither with ``[DONE]`` nor cleanly with a
+Under ``output = "fixed"`` the output length is held by the engine's length method
+(:data:`LENGTH_METHODS`): ``ignore_eos`` (vLLM, SGLang), ``min_tokens`` = ``max_tokens``, or
+``max_tokens`` alone, where a model that stops early gives a short answer; under ``"natural"``
+only ``max_tokens`` caps it and an early stop is the model's answer. Every request is greedy
+(``temperature`` 0), and its generated text is kept (:attr:`RequestRecord.text`, decoded from the
+stream's bytes after the request set ends, so decoding costs nothing inside the measured window)
+for the outputs check (core/_experiments/outputs.py). A request that returns fewer tokens than
+asked under ``fixed``, fails, or ends its stream neither with ``[DONE]`` nor cleanly with a
 ``finish_reason`` on every choice (``transformers serve`` sends no ``[DONE]``) makes the
 sample invalid, with a reason per request.
 """
@@ -32,6 +36,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -40,6 +45,7 @@ from core._config import WorkloadConfig
 from core._errors import SpecperfError
 from core._measure.http_stream import StreamConnection
 from core._measure.workload import make_prompts
+from core._prompts import Prompt
 
 
 @dataclass
@@ -57,6 +63,8 @@ class RequestRecord:
     finish_reason: str | None = None
     spec_verify_ct: int | None = None
     error: str | None = None
+    category: str | None = None
+    text: str | None = None
 
     @property
     def e2e_ms(self) -> float:
@@ -200,18 +208,34 @@ def length_fields(method: str, output_len: int) -> dict[str, object]:
     return {**held[method], "max_tokens": output_len}
 
 
-def _payload(api: str, model: str, prompt: str, output_len: int, length_method: str = "ignore_eos") -> dict:
+SAMPLING = {"temperature": 0.0}  # greedy: the outputs check compares answers request by request
+
+
+def request_settings(workload: WorkloadConfig, length_method: str) -> dict:
+    """What every request of ``workload`` asks of the engine beside its prompt: the API, the
+    sampling, how the length is held (``natural``: capped only), and the client (specperf's
+    version). Recorded with each arm, so a change in any of them is named like a driver's."""
+    try:
+        client = f"specperf {version('specperf')}"
+    except PackageNotFoundError:
+        client = "specperf (source tree)"
+    return {"api": workload.api, **SAMPLING, "output": workload.output,
+            "length": "max_tokens" if workload.output == "natural" else length_method,
+            "max_tokens": workload.output_len, "prompts": workload.prompts, "client": client}
+
+
+def _payload(api: str, model: str, prompt: Prompt, output_len: int, length_method: str = "ignore_eos") -> dict:
     body: dict = {
         "model": model,
-        "temperature": 0.0,
+        **SAMPLING,
         **length_fields(length_method, output_len),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = prompt.chat()
     else:
-        body["prompt"] = prompt
+        body["prompt"] = prompt.text
     return body
 
 
@@ -258,6 +282,7 @@ class _StreamParser:
         self.usage_tokens: int | None = None
         self.done = False
         self.finished_choices: dict[int, bool] = {}  # choice index -> has a finish_reason
+        self.raw: list[bytes] = []  # every complete line block, decoded by text() afterwards
 
     def feed(self, data: bytes, now: float) -> None:
         """Parse the complete lines of ``data`` (bytes as read), all stamped ``now``.
@@ -272,6 +297,7 @@ class _StreamParser:
         end = data.rfind(b"\n") + 1
         self.buffer = data[end:]
         block = data[:end]
+        self.raw.append(block)
         events = block.count(b"\ndata:") + block.startswith(b"data:")
         key, spaced = self.text_keys
         if events and block.count(key) + block.count(spaced) == events \
@@ -323,6 +349,18 @@ class _StreamParser:
             if "spec_verify_ct" in usage:
                 record.spec_verify_ct = usage["spec_verify_ct"]
 
+    def text(self) -> str:
+        """The generated text of the stream, from its kept bytes (call after the stream)."""
+        parts = []
+        for line in b"".join(self.raw).splitlines():
+            if line[:5] == b"data:" and line[5:].strip() not in (b"[DONE]", b""):
+                try:
+                    parts.append(_chunk_text(_decode_json(line[5:].decode()), self.api))
+                except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                    continue  # an event the stream's own parse already judged
+        self.raw = []
+        return "".join(parts)
+
     def finish(self, now: float) -> None:
         record = self.record
         record.end_s = now
@@ -338,7 +376,7 @@ class _StreamParser:
 
 async def _one_request(
     connection: StreamConnection, path: str, url: str, body: bytes, record: RequestRecord, api: str, timeout_s: float
-) -> None:
+) -> _StreamParser:
     parser = _StreamParser(record, api)
 
     def sent(now: float) -> None:
@@ -350,12 +388,13 @@ async def _one_request(
         if status != 200:
             record.error = f"HTTP {status} from {url}: {connection.error_body.decode(errors='replace')[:300]}"
             record.end_s = time.monotonic()
-            return
+            return parser
     except TimeoutError:
         record.error = f"no complete response within request_timeout_s = {timeout_s:g} s"
     except (OSError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc or 'connection failed'} (the engine may have died)"
     parser.finish(time.monotonic())
+    return parser
 
 
 async def _run_requests(
@@ -363,34 +402,49 @@ async def _run_requests(
     base_url: str,
     model: str,
     workload: WorkloadConfig,
-    prompts: list[str],
+    prompts: list[Prompt],
     on_done: Callable[[RequestRecord], None] | None,
     length_method: str,
 ) -> list[RequestRecord]:
     """Send ``prompts`` with ``workload.concurrency`` in flight, each slot on a connection
-    taken from ``connections`` (opened when there is none) and put back when the slot ends."""
+    taken from ``connections`` (opened when there is none) and put back when the slot ends.
+    Each record's ``text`` is decoded once all have ended."""
     endpoint = "/v1/chat/completions" if workload.api == "chat" else "/v1/completions"
     url = base_url.rstrip("/") + endpoint
     path = (urlsplit(base_url).path.rstrip("/") + endpoint)
     records: list[RequestRecord] = []
+    parsers: list[_StreamParser] = []
     next_index = iter(range(len(prompts)))
+    natural = workload.output == "natural"
+    method = "max_tokens" if natural else length_method
+    expected = 0 if natural else workload.output_len
 
     async def worker() -> None:
         connection = connections.pop() if connections else StreamConnection(base_url)
         try:
             for index in next_index:
-                record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=workload.output_len)
+                record = RequestRecord(index=index, start_s=time.monotonic(), expected_tokens=expected,
+                                       category=prompts[index].category)
                 records.append(record)
-                body = json.dumps(_payload(workload.api, model, prompts[index], workload.output_len, length_method))
-                await _one_request(connection, path, url, body.encode(), record, workload.api, workload.request_timeout_s)
+                body = json.dumps(_payload(workload.api, model, prompts[index], workload.output_len, method))
+                parsers.append(await _one_request(connection, path, url, body.encode(), record, workload.api,
+                                                  workload.request_timeout_s))
                 if on_done:
                     on_done(record)
         finally:
             connections.append(connection)
 
     await asyncio.gather(*(worker() for _ in range(min(workload.concurrency, len(prompts)))))
+    for parser in parsers:
+        parser.record.text = parser.text()
     records.sort(key=lambda r: r.index)
     return records
+
+
+def workload_prompts(workload: WorkloadConfig) -> tuple[list[Prompt], list[Prompt]]:
+    """(measured, warm-up) prompts of one launch of ``workload`` (core._measure.workload)."""
+    return (make_prompts(workload, workload.requests, stream=0),
+            make_prompts(workload, workload.warmup_requests, stream=1))
 
 
 async def run_workload(
@@ -401,6 +455,7 @@ async def run_workload(
     on_request_done: Callable[[RequestRecord], None] | None = None,
     on_measure_start: Callable[[], object] | None = None,
     length_method: str = "ignore_eos",
+    prompts: tuple[list[Prompt], list[Prompt]] | None = None,
 ) -> Sample:
     """Run ``workload`` against the server at ``base_url`` and return the measured sample.
 
@@ -417,6 +472,8 @@ async def run_workload(
         on_request_done: called after each measured request (progress bars).
         on_measure_start: called once between warm-up and measurement.
         length_method: how the output length is held fixed (:func:`length_fields`).
+        prompts: (measured, warm-up) prompts; default :func:`workload_prompts` (the host's
+            client is given them, since the prompt set's file is where specperf runs).
 
     Returns:
         The :class:`Sample` (check ``valid``; it is returned even when invalid).
@@ -430,9 +487,9 @@ async def run_workload(
     # bounds each whole request by the workload's request_timeout_s instead.
     StreamConnection(base_url)  # a bad URL fails here, before anything is sent
     connections: list[StreamConnection] = []
+    measured, warm = prompts or workload_prompts(workload)
     try:
         if workload.warmup_requests:
-            warm = make_prompts(workload, workload.warmup_requests, stream=1)
             warm_records = await _run_requests(connections, base_url, model, workload, warm, None, length_method)
             warm_sample = Sample(warm_records, 0.0, 0.0)
             if not warm_sample.valid:
@@ -441,8 +498,8 @@ async def run_workload(
             result = on_measure_start()
             if asyncio.iscoroutine(result):
                 await result
-        prompts = make_prompts(workload, workload.requests, stream=0)
-        records = await _run_requests(connections, base_url, model, workload, prompts, on_request_done, length_method)
+        records = await _run_requests(connections, base_url, model, workload, measured, on_request_done,
+                                      length_method)
     finally:
         for connection in connections:
             connection.close()
@@ -493,9 +550,9 @@ async def run_alternating(
     connections: tuple[list[StreamConnection], list[StreamConnection]] = ([], [])
     records: tuple[list[RequestRecord], list[RequestRecord]] = ([], [])
     active = [0.0, 0.0]
+    prompts, warm = workload_prompts(workload)
     try:
         if workload.warmup_requests:
-            warm = make_prompts(workload, workload.warmup_requests, stream=1)
             for arm in (0, 1):
                 warm_records = await _run_requests(connections[arm], base_urls[arm], model, workload, warm, None,
                                                    length_methods[arm])
@@ -504,7 +561,6 @@ async def run_alternating(
             result = on_measure_start()
             if asyncio.iscoroutine(result):
                 await result
-        prompts = make_prompts(workload, workload.requests, stream=0)
         size = workload.concurrency
         turns = [prompts[i:i + size] for i in range(0, len(prompts), size)]
         taken = [0, 0]

@@ -1,26 +1,19 @@
-"""Seeded prompt sets: the same workload config always yields the same prompts."""
+"""The prompts a workload's launch sends: the same for every launch and both arms."""
 
 from __future__ import annotations
 
-import random
-
 from core._config import WorkloadConfig
-
-# A fixed vocabulary, so prompts never depend on the machine's locale or word lists.
-_WORDS = (
-    "the model serves tokens to many users while the scheduler batches requests and the "
-    "draft proposes a few tokens that the target verifies in one step so throughput rises "
-    "when acceptance is high and falls when the verify step grows slow under load on a busy "
-    "device with warm caches cold caches graphs kernels memory bandwidth clocks power links"
-).split()
+from core._prompts import Prompt, check_prompt_set, select_prompts
 
 
-def make_prompts(workload: WorkloadConfig, count: int, stream: int = 0) -> list[str]:
-    """``count`` prompts of ``workload.prompt_words`` words each, seeded by ``workload.seed``.
+def make_prompts(workload: WorkloadConfig, count: int, stream: int = 0) -> list[Prompt]:
+    """``count`` prompts of ``workload`` (core._prompts.select_prompts), seeded by
+    ``workload.seed``. ``stream`` 0: the measured requests, 1: the warm-up requests.
 
-    ``stream`` selects an independent prompt stream under the same seed (0: measured
-    requests, 1: warm-up requests), so warm-up never repeats a measured prompt and cannot
-    pre-fill the prefix cache for it.
+    Raises:
+        ConfigError: the workload's prompt set cannot be read (the config check reads it first).
     """
-    rng = random.Random(f"{workload.seed}:{stream}")
-    return [" ".join(rng.choice(_WORDS) for _ in range(workload.prompt_words)) for _ in range(count)]
+    prompts = check_prompt_set(workload.prompts, workload.format, workload.categories, workload.api,
+                               "the workload")
+    return select_prompts(prompts, count, seed=workload.seed, stream=stream, mix=workload.mix,
+                          prompt_words=workload.prompt_words)

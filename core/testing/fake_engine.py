@@ -8,6 +8,7 @@ import asyncio
 import gzip
 import json
 import os
+import re
 import time
 
 
@@ -37,6 +38,11 @@ class ExactRateServer:
     cleanly (usage chunk, end of the chunked body) without ``data: [DONE]``. Each record
     lists the request's fields (``fields``).
 
+    Answers: token ``k`` of every answer is ``"{answer_prefix}t{k} "``, whatever the prompt,
+    so a commit whose prefix differs changes its answers; ``slow_prompts`` ``(pattern,
+    factor)`` multiplies the token interval of a request whose prompt (or chat message
+    contents) matches the regular expression ``pattern``, slowing one kind of prompt only.
+
     Profiler: with ``profile_dir``, ``POST /start_profile`` and ``POST /stop_profile`` answer as
     vLLM's do, and the stop writes a torch-profiler-shaped trace (``fake.<pid>.pt.trace.json.gz``
     in that folder): one ``ProfilerStep#<n>`` annotation per token sent meanwhile, ``itl_ms``
@@ -45,7 +51,10 @@ class ExactRateServer:
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, truncate_at: int | None = None,
                  drop_at: int | None = None, exit_at: int | None = None, reject_fields: tuple[str, ...] = (),
-                 eos_at: int | None = None, no_done: bool = False, profile_dir: str | None = None) -> None:
+                 eos_at: int | None = None, no_done: bool = False, profile_dir: str | None = None,
+                 answer_prefix: str = "", slow_prompts: tuple[str, float] | None = None) -> None:
+        self.answer_prefix = answer_prefix
+        self.slow_prompts = (re.compile(slow_prompts[0]), slow_prompts[1]) if slow_prompts else None
         self.ttft_s = ttft_ms / 1000.0
         self.itl_s = itl_ms / 1000.0
         self.truncate_at = truncate_at
@@ -135,8 +144,13 @@ class ExactRateServer:
         self.records.append(record)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         first_due = arrival + self.ttft_s
+        itl_s = self.itl_s
+        if self.slow_prompts:
+            prompt = str(body.get("prompt") or "") + "".join(str(m.get("content")) for m in body.get("messages") or ())
+            if self.slow_prompts[0].search(prompt):
+                itl_s *= self.slow_prompts[1]
         for k in range(to_send):
-            due = first_due + k * self.itl_s
+            due = first_due + k * itl_s
             # never early: an event loop may run a timer up to its clock's resolution ahead
             # of time (uvloop's timers count whole milliseconds), and a token sent early would
             # let a client's TTFT fall below the schedule that tests hold as a hard floor
@@ -146,8 +160,9 @@ class ExactRateServer:
                 return False
             last = k == to_send - 1
             finish = ("length" if to_send == max_tokens else "stop") if last else None
-            choice = ({"index": 0, "delta": {"content": f"t{k} "}, "finish_reason": finish} if chat
-                      else {"index": 0, "text": f"t{k} ", "finish_reason": finish})
+            text = f"{self.answer_prefix}t{k} "
+            choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat
+                      else {"index": 0, "text": text, "finish_reason": finish})
             writer.write(_chunk(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"))
             now = time.monotonic()
             record["first_token_s"] = record["first_token_s"] or now

@@ -18,8 +18,11 @@ The protocol, one JSON object per line, each with exactly one key:
 
 standard input (from specperf)
     1. the spec: ``{"protocol": 1, "base_url": "http://127.0.0.1:8199", "model": str,
-       "workload": {WorkloadConfig fields}, "length_method": "ignore_eos", "avoid_cpus": [int] | null}``
-       (``avoid_cpus``: the engine's pinned CPUs, which the client moves off when the host has others);
+       "workload": {WorkloadConfig fields}, "length_method": "ignore_eos", "avoid_cpus": [int] | null,
+       "prompts": {"measured": [PROMPT], "warmup": [PROMPT]}}``
+       (``avoid_cpus``: the engine's pinned CPUs, which the client moves off when the host has others;
+       ``prompts``: the launch's prompts, each every field of a :class:`~core._prompts.Prompt`, since
+       the workload's prompt-set file is where specperf runs, not on the host);
     2. the line ``go`` once specperf has snapshotted the engine's counters and started the
        window monitor; end of input before it makes the client exit with status 3.
 
@@ -60,9 +63,10 @@ from core._config import WorkloadConfig, client_python_missing
 from core._errors import ConfigError, HostError
 from core._hosts.agent import move_off_cpus
 from core._hosts.base import AGENT_SOURCE, Host, Spawned
-from core._measure.client import InvalidSampleError, RequestRecord, Sample, run_workload
+from core._measure.client import InvalidSampleError, RequestRecord, Sample, run_workload, workload_prompts
+from core._prompts import Prompt
 
-PROTOCOL = 1
+PROTOCOL = 2
 MODULE = "core._measure.host_client"  # the entry module run on the host
 _START_S = 120.0  # from spawn to hello: an interpreter importing specperf on a busy host
 _SLACK_S = 60.0  # beyond request_timeout_s, the longest silence between two lines of a working client
@@ -96,6 +100,8 @@ async def serve(read_line: Callable[[], Awaitable[str]], write_line: Callable[[s
                              "version on both sides")
         workload = WorkloadConfig.model_validate(spec["workload"])
         base_url, model, length_method = spec["base_url"], spec["model"], spec.get("length_method", "ignore_eos")
+        prompts = tuple([Prompt(**{**p, "messages": tuple(p["messages"]) if p.get("messages") else None})
+                          for p in spec["prompts"][key]] for key in ("measured", "warmup"))
     except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         send("error", f"bad spec: {exc}")
         return 2
@@ -113,7 +119,7 @@ async def serve(read_line: Callable[[], Awaitable[str]], write_line: Callable[[s
     try:
         sample = await run_workload(base_url, model, workload, on_measure_start=wait_for_go,
                                     on_request_done=lambda record: send("done", _record_doc(record)),
-                                    length_method=length_method)
+                                    length_method=length_method, prompts=prompts)  # type: ignore[arg-type]
     except InvalidSampleError as exc:
         send("invalid_warmup", {"requests": [_record_doc(r) for r in exc.sample.requests]})
         return 1
@@ -325,8 +331,10 @@ async def run_on_host(
             error), or the connection was lost; the client is stopped on the host.
     """
     python = client_python(host)
+    measured, warm = workload_prompts(workload)
     spec = {"protocol": PROTOCOL, "base_url": base_url, "model": model, "workload": workload.model_dump(),
-            "length_method": length_method, "avoid_cpus": avoid_cpus}
+            "length_method": length_method, "avoid_cpus": avoid_cpus,
+            "prompts": {"measured": [asdict(p) for p in measured], "warmup": [asdict(p) for p in warm]}}
     argv = [host.config.python, "-c", AGENT_SOURCE, "run", f"{host.config.trial_deadline_s:g}", python, "-m", MODULE]
     proc = await host.spawn(argv, stderr=True)
     talk = _Conversation(host, python, proc, workload.request_timeout_s + _SLACK_S)

@@ -1,0 +1,104 @@
+"""Figures and verdicts per category of the prompt set, beside a mode's overall verdict.
+
+A launch sends every category's prompts in one measured window (core._prompts: balanced, in
+turn), so a category has no window of its own. Its figure in a launch is its requests' output
+tokens over their summed request time (first request sent to last token, E2E), in tok/s: the
+speed one user of that category saw. Under SGLang, whose responses carry ``spec_verify_ct``,
+its acceptance length is its tokens over its verify steps; vLLM counts acceptance only for the
+whole engine, so a category's acceptance is not known there (said in the line).
+
+Each category's launches are paired as the mode's are and judged by the same statistics
+(core._experiments.stats.decide, the same margin and place-in-round correction). With ``k``
+categories each verdict is taken at significance ``alpha / k`` (Bonferroni), so the chance that
+any category of an unchanged commit reads as a change stays under ``alpha``; the intervals
+shown are the matching ``1 - alpha / k`` ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable, Sequence
+
+from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, ArmTrial, Verdict
+
+UNCATEGORISED = "uncategorised"
+
+
+def split_by_category(trial: ArmTrial) -> dict[str, ArmTrial]:
+    """One launch's figures per category (module docstring), each an :class:`ArmTrial` in the
+    launch's place in its round; empty when the requests carry no category."""
+    groups: dict[str, list[dict]] = {}
+    for request in trial.requests:
+        if request.get("category") is not None:
+            groups.setdefault(request["category"], []).append(request)
+    out = {}
+    for category, requests in groups.items():
+        tokens = sum(r.get("output_tokens") or 0 for r in requests)
+        seconds = sum((r.get("e2e_ms") or 0.0) for r in requests) / 1000.0
+        verify = [r.get("spec_verify_ct") for r in requests]
+        acceptance = tokens / sum(verify) if all(verify) and sum(verify) else None  # type: ignore[arg-type]
+        if tokens and seconds > 0:
+            out[category] = ArmTrial(tokens / seconds, acceptance, None, None, trial.round_edge)
+    return out
+
+
+def category_verdicts(base: Sequence[ArmTrial], head: Sequence[ArmTrial], alpha: float,
+                      judge: Callable[[list[ArmTrial], list[ArmTrial], float], Verdict]) -> dict | None:
+    """Per category of paired launches ``base[i]``/``head[i]``: its verdict by ``judge(base,
+    head, alpha)`` at ``alpha / k``, and the medians of each arm. ``None`` with fewer than two
+    categories (the overall verdict says it all).
+
+    Returns ``{"family": k, "alpha": alpha / k, "categories": {name: {"verdict": {Verdict
+    fields}, "base_tok_s", "head_tok_s", "base_acceptance", "head_acceptance"}}, "line"}``.
+    """
+    split = [split_by_category(t) for t in base], [split_by_category(t) for t in head]
+    names = sorted({c for launch in split[0] + split[1] for c in launch})
+    if len(names) < 2:
+        return None
+    level = alpha / len(names)
+    found = {}
+    for name in names:
+        pairs = [(b[name], h[name]) for b, h in zip(*split, strict=False) if name in b and name in h]
+        b_trials, h_trials = [p[0] for p in pairs], [p[1] for p in pairs]
+        verdict = judge(b_trials, h_trials, level)
+        found[name] = {"verdict": dataclasses.asdict(verdict),
+                       "base_tok_s": _median([t.output_tok_s for t in b_trials]),
+                       "head_tok_s": _median([t.output_tok_s for t in h_trials]),
+                       "base_acceptance": _median([t.acceptance_length for t in b_trials]),
+                       "head_acceptance": _median([t.acceptance_length for t in h_trials])}
+    return {"family": len(names), "alpha": level, "categories": found, "line": _line(found, level)}
+
+
+def _median(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
+
+
+def _line(found: dict, level: float) -> str:
+    """``REGRESSION on code only (-23.1%, -30.0 .. -15.2); NO CHANGE on chat, math; ...``."""
+    by_kind: dict[str, list[str]] = {}
+    for name, entry in found.items():
+        by_kind.setdefault(entry["verdict"]["verdict"], []).append(name)
+    parts = []
+    for kind in (REGRESSION, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE):
+        names = by_kind.get(kind, [])
+        if not names:
+            continue
+        if kind in (REGRESSION, IMPROVEMENT):
+            only = " only" if len(names) < len(found) else ""
+            shown = []
+            for name in names:
+                v, entry = found[name]["verdict"], found[name]
+                acceptance = (f", acceptance {entry['base_acceptance']:.2f} -> {entry['head_acceptance']:.2f}"
+                              if entry["base_acceptance"] and entry["head_acceptance"] else "")
+                shown.append(f"{name} ({v['change_pct']:+.1f}%, {v['ci_low_pct']:+.1f} .. {v['ci_high_pct']:+.1f}"
+                             f"{acceptance})")
+            parts.append(f"{kind} on {', '.join(shown)}{only}")
+        else:
+            parts.append(f"{kind} on {', '.join(names)}")
+    acceptance_known = any(e["base_acceptance"] for e in found.values())
+    return (f"per category ({len(found)}, each at p < {level:.3g} so the family stays at the mode's level; "
+            f"tok/s per request): " + "; ".join(parts)
+            + ("" if acceptance_known else "; acceptance per category not known (the engine counts it only "
+                                           "for all requests together)"))

@@ -1,0 +1,25 @@
+"""a verdict's outputs check and its verdicts per category (issues 37 and 38)
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-12-06 18:00:00
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0006'
+down_revision = '0005'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('verdicts', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('outputs', sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column('categories', sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('verdicts', schema=None) as batch_op:
+        batch_op.drop_column('categories')
+        batch_op.drop_column('outputs')
