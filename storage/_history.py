@@ -162,7 +162,8 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
                   host: str | None = None) -> PeriodRuns:
     """What the runs started since ``since`` (optionally of one engine or host) found.
 
-    Compare runs (``done``) with a REGRESSION or IMPROVEMENT verdict give one
+    Compare runs (``done``) with a REGRESSION or IMPROVEMENT verdict, or whose answers changed,
+    give one
     :class:`core._history.findings.CompareFinding` per such mode, unless they were a step of a bisect started
     in the period (that bisect stands for them); finished bisects give a
     :class:`core._history.findings.BisectFinding` with the compare that decided it; ``failed`` runs are listed as
@@ -202,7 +203,8 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
             p_value=v.p_value, acceptance_length_base=_median_or_none(base),
             acceptance_length_head=_median_or_none(head), acceptance_change_pct=v.acceptance_change_pct,
             step_ms_change_pct=v.step_ms_change_pct, attribution=v.attribution,
-            measured_at=_aware(run.created_at), bisect_run_id=(run.settings.get("bisect") or {}).get("run_id"))
+            measured_at=_aware(run.created_at), bisect_run_id=(run.settings.get("bisect") or {}).get("run_id"),
+            outputs=v.outputs["line"] if _outputs_changed(v) else None)
 
     verdict_of = {(v.run_id, v.mode): v for v in verdicts}
     found = PeriodRuns()
@@ -228,6 +230,10 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
         elif (run.settings.get("bisect") or {}).get("run_id") not in bisects:
             for mode in run.modes:
                 v = verdict_of.get((run.id, mode))
-                if v is not None and v.verdict in (REGRESSION, IMPROVEMENT):
+                if v is not None and (v.verdict in (REGRESSION, IMPROVEMENT) or _outputs_changed(v)):
                     found.compares.append(finding(v))
     return found
+
+
+def _outputs_changed(v: VerdictRow) -> bool:
+    return bool(v.outputs and v.outputs.get("status") == "changed")

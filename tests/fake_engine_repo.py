@@ -81,6 +81,12 @@ def _git(repo: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
+def engine_source(**knobs) -> str:
+    """``src/fake_engine.py`` with ``knobs`` (``itl``, ``noise``, ``fails``, ``comment``; ``prefix``
+    and ``slow_prompts`` optional: core.testing.ExactRateServer's answer prefix and slow prompts)."""
+    return ENGINE.format(**{"prefix": "", "slow_prompts": None, **knobs})
+
+
 def make_repo(path: Path, commits: list[tuple[str, str, dict]] | None = None) -> dict[str, str]:
     """Create the repository at ``path`` with ``commits`` (tag, message, knobs) in order, by
     default :data:`COMMITS`; returns {tag: full SHA}."""
@@ -89,7 +95,7 @@ def make_repo(path: Path, commits: list[tuple[str, str, dict]] | None = None) ->
     shas = {}
     for tag, message, knobs in commits or COMMITS:
         (path / "src").mkdir(exist_ok=True)
-        (path / "src/fake_engine.py").write_text(ENGINE.format(**{"prefix": "", "slow_prompts": None, **knobs}))
+        (path / "src/fake_engine.py").write_text(engine_source(**knobs))
         _git(path, "add", "-A")
         _git(path, "commit", "-q", "-m", message)
         _git(path, "tag", tag)

@@ -9,6 +9,7 @@ the other five); ``wrong-fast`` (every answer changes, and tokens come 20% faste
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import storage
+from core._history.summary import build_summary
 from tests.conftest import ROOT, free_port, specperf_in_process
 from tests.fake_engine_repo import make_repo
 
@@ -114,3 +116,10 @@ def test_answers_that_change_are_said_above_a_faster_verdict(answered):
     arm = next(s.data for s in stored.snapshots if s.phase == "arm-head")
     assert arm["client"]["temperature"] == 0.0 and arm["client"]["api"] == "chat"
     assert arm["client"]["output"] == "natural" and arm["client"]["prompts"] == "categories"
+    # counted by the period's summary, as a finding of its own
+    db = storage.open_database(f"sqlite:///{root}/db.sqlite")
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    summary = build_summary(storage.load_series(db), since=since, runs=storage.load_findings(db, since=since))
+    assert "1 compare whose outputs changed" in summary.headline, summary.headline
+    (finding,) = [c for c in summary.runs.compares if c.outputs]
+    assert finding.run_id == 2 and finding.line().startswith("OUTPUTS CHANGED (12 of 12 requests differ from base")

@@ -91,3 +91,9 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     # tier on 2 vCPUs (2026-12-04); the copy of traces through SSH is tests/test_hosts.py's, and
     # vLLM's profiler the session compare's (tests/test_compare_vllm.py)
     assert "profile" not in report["modes"]["eagle3"]
+    # a draft never accepted is said with the verdict, in the report and the thread; the rejected
+    # drafts changed no answer (the target's greedy tokens are emitted either way)
+    notes = report["modes"]["eagle3"]["notes"]
+    assert any(n.startswith("commit: the draft is never accepted (acceptance length 1.00)") for n in notes), notes
+    assert verdict.outputs["status"] == "same", verdict.outputs
+    assert "the draft is never accepted" in str([p.body for p in emulator.recorded("chat.postMessage")])

@@ -39,7 +39,7 @@ from core._experiments.compare import CompareRequest, compare, resolve_refs
 from core._history.summary import _stored_marks, build_summary
 from tests.bot_support import write_config
 from tests.conftest import ROOT, free_port, local_host
-from tests.fake_engine_repo import ENGINE, _git, fake_engine, linear_history, make_repo
+from tests.fake_engine_repo import _git, engine_source, fake_engine, linear_history, make_repo
 from tests.slack_emulator import SlackEmulator
 from tests.test_history_report import _report
 
@@ -77,7 +77,7 @@ def history(tmp_path_factory):
     shas = make_repo(repo, commits)
     # a side branch off c5 whose one commit halves the decode speed; main stays checked out
     _git(repo, "checkout", "-q", "-b", "side", shas["c5"])
-    (repo / "src/fake_engine.py").write_text(ENGINE.format(itl=4.0, noise=0.004, fails=False, comment="# side"))
+    (repo / "src/fake_engine.py").write_text(engine_source(itl=4.0, noise=0.004, fails=False, comment="# side"))
     _git(repo, "commit", "-qam", "try a slower sampler")
     shas["side"] = _git(repo, "rev-parse", "HEAD")
     _git(repo, "checkout", "-q", "main")

@@ -47,7 +47,7 @@ def finding_blocks(runs, links: dict[int, str] | None = None) -> tuple[list[dict
     links = links or {}
     blocks, lines = [], []
     for c in runs.compares:
-        emoji = ":rotating_light:" if c.verdict == "REGRESSION" else ":tada:"
+        emoji = ":rotating_light:" if c.verdict == "REGRESSION" or c.outputs else ":tada:"
         blocks.append(_finding_section(emoji, c.line(), c.run_id, links))
         lines.append(c.line())
     for b in runs.bisects:

@@ -519,9 +519,10 @@ def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -
         raise ConfigError("\n".join(lines)) from None
     config._source = source
     folder = Path(source).parent if Path(source).is_file() else Path.cwd()
-    for name, workload in config.workloads.items():
+    for name, workload in list(config.workloads.items()):
         if workload.prompts not in BUILTIN_PROMPT_SETS:
-            workload.prompts = str((folder / Path(workload.prompts).expanduser()).resolve())
+            path = str((folder / Path(workload.prompts).expanduser()).resolve())
+            config.workloads[name] = workload = workload.model_copy(update={"prompts": path})
         check_prompts(workload, f"{source}: workloads.{name}")
     return config
 

@@ -34,6 +34,8 @@ class CompareFinding:
             (``"acceptance length"``, ``"step time"`` or ``None``).
         measured_at: UTC start of the run.
         bisect_run_id: the bisect this compare was a step of, else ``None``.
+        outputs: when the arms' answers changed, the outputs check's line
+            (core._experiments.outputs): such a compare is a finding whatever its speed verdict.
     """
 
     run_id: int
@@ -57,6 +59,7 @@ class CompareFinding:
     attribution: str | None
     measured_at: dt.datetime
     bisect_run_id: int | None = None
+    outputs: str | None = None
 
     def evidence(self) -> str:
         """``"-72.8% (95% CI -75.0% .. -70.1%, p = 0.029), acceptance length 4.00 -> 1.02;
@@ -75,8 +78,10 @@ class CompareFinding:
 
     def line(self) -> str:
         """One line: verdict, engine / mode, host, head against base, :meth:`evidence`, run id."""
-        return (f"{self.verdict} {self.engine} / {self.mode} on {self.host}: {self.head_ref} ({self.head_sha[:10]}) "
-                f"against {self.base_ref} ({self.base_sha[:10]}): {self.evidence()}; run {self.run_id}")
+        changed = f"OUTPUTS CHANGED ({self.outputs}), " if self.outputs else ""
+        return (f"{changed}{self.verdict} {self.engine} / {self.mode} on {self.host}: {self.head_ref} "
+                f"({self.head_sha[:10]}) against {self.base_ref} ({self.base_sha[:10]}): {self.evidence()}; "
+                f"run {self.run_id}")
 
 
 @dataclass(frozen=True)

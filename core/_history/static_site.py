@@ -382,7 +382,10 @@ def _trend_html(e: dict, runs: Sequence[RunPage]) -> str:
         interval = (f"{_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])}" if v.get("ci_low_pct") is not None else "-")
         off = "" if r.head_sha in shas else ' <span class="dim">(head not on the series)</span>'
         compares.append([_run_link(r.run_id, known), _commit(r.head_ref, r.head_sha) + off, _commit(r.base_ref, r.base_sha),
-                         _verdict_span(v.get("verdict")) if r.status == "done" else _e(r.status), _pct(v.get("change_pct")),
+                         (_verdict_span(v.get("verdict")) + (" <strong>(outputs changed)</strong>"
+                                                             if (v.get("outputs") or {}).get("status") == "changed"
+                                                             else "")) if r.status == "done" else _e(r.status),
+                         _pct(v.get("change_pct")),
                          interval])
     if compares:
         parts.append("<h2>Compares</h2>\n" + _table(["run", "commit", "base", "verdict", "change", "95% CI"], compares,

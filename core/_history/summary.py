@@ -209,6 +209,8 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 def _headline_parts(runs: PeriodRuns, entries: list[dict]) -> list[str]:
     parts = []
+    if n := sum(bool(c.outputs) for c in runs.compares):
+        parts.append(_count(n, "compare") + " whose outputs changed")
     for verdict in (REGRESSION, IMPROVEMENT):
         if n := sum(c.verdict == verdict for c in runs.compares):
             parts.append(_count(n, f"{verdict} verdict"))
