@@ -204,7 +204,7 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
             acceptance_length_head=_median_or_none(head), acceptance_change_pct=v.acceptance_change_pct,
             step_ms_change_pct=v.step_ms_change_pct, attribution=v.attribution,
             measured_at=_aware(run.created_at), bisect_run_id=(run.settings.get("bisect") or {}).get("run_id"),
-            outputs=v.outputs["line"] if _outputs_changed(v) else None)
+            outputs=v.outputs["line"] if v.outputs and _outputs_changed(v) else None)
 
     verdict_of = {(v.run_id, v.mode): v for v in verdicts}
     found = PeriodRuns()
