@@ -74,7 +74,8 @@ def stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
         missing = source.split(NOT_DERIVED, 1)[1] if NOT_DERIVED in source else None
         seqs[arm.mode][arm.role].append(trial.seq)
         figures[trial.seq] = ArmTrial(trial.output_tok_s, trial.acceptance_length, trial.tpot_ms_mean,
-                                      missing, requests=tuple(trial.requests or ()))
+                                      missing, requests=tuple(trial.requests or ()),
+                                      acceptance_per_position=tuple(trial.acceptance_per_position or ()) or None)
     seq_of = {t.id: t.seq for t in stored.trials}
     windows = {seq_of[s.trial_id]: s.data for s in stored.snapshots if s.trial_id is not None and s.phase == "window"}
     return seqs, figures, windows

@@ -20,6 +20,10 @@ Branches, each one commit on top of ``main`` (the base):
 * ``broken-draft``: draft proposals are shifted by one token id, so (the test target always
   emits token 0, scripts/make_test_models.py) no proposal is accepted again.
 * ``fails-to-start``: the plugin raises at load, so the engine dies during start-up.
+* ``wrong-draft``: draft proposals are shifted by one token id as in ``broken-draft``, and the
+  greedy rejection sampler is made to accept every proposed token (the target's logit of each
+  draft token set to +inf before its argmax): acceptance stays at its maximum while the answers
+  become the draft's, a speculative path that is wrong, not slower. Baseline never runs it.
 
 Every commit also reads the environment variable ``SPECPERF_TESTEXT_STEP_SLOWDOWN`` (a
 fraction, default 0) in each engine process and adds it to ``STEP_SLOWDOWN``: a change the
@@ -43,6 +47,7 @@ import time
 STEP_SLOWDOWN = {step}
 SPEC_MATMUL_N = {spec}
 BREAK_DRAFT = {broken}
+ACCEPT_ANY_DRAFT = {wrong}
 FAIL_AT_START = {fail}
 {comment}
 
@@ -81,6 +86,21 @@ def _shifted(method):
     return wrapper
 
 
+def _accepting_every_draft(rejection_sample):
+    import math
+
+    import torch
+
+    def wrapper(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                target_logits, *args, **kwargs):
+        target_logits = target_logits.clone()
+        rows = torch.arange(draft_token_ids.shape[0], device=target_logits.device)
+        target_logits[rows, draft_token_ids.long()] = math.inf
+        return rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                                target_logits, *args, **kwargs)
+    return wrapper
+
+
 def install():
     """Called by vLLM in each of its processes (vllm.general_plugins)."""
     if FAIL_AT_START:
@@ -98,15 +118,20 @@ def install():
         runner.propose_draft_token_ids = _with_matmul(runner.propose_draft_token_ids, SPEC_MATMUL_N)
     if BREAK_DRAFT:
         runner.propose_draft_token_ids = _shifted(runner.propose_draft_token_ids)
+    if ACCEPT_ANY_DRAFT:
+        from vllm.v1.sample import rejection_sampler
+        rejection_sampler.rejection_sample = _accepting_every_draft(rejection_sampler.rejection_sample)
 '''
 
-BASE = dict(step=0.0, spec=0, broken=False, fail=False, comment="")
+BASE = dict(step=0.0, spec=0, broken=False, wrong=False, fail=False, comment="")
 BRANCHES = {
     "noop": ("docs: explain the extension's knobs", dict(comment="# Knobs above: each test branch turns one on.")),
     "slow-step": ("model runner: 15% slower every decode step", dict(step=0.15)),
     "slow-spec": ("spec decode: one more 1152x1152 matmul per draft proposal", dict(spec=1152)),
     "broken-draft": ("spec decode: shift draft token ids (breaks acceptance)", dict(broken=True)),
     "fails-to-start": ("plugin: raise at load", dict(fail=True)),
+    "wrong-draft": ("spec decode: accept every draft token (wrong answers at full speed)",
+                    dict(broken=True, wrong=True)),
 }
 
 

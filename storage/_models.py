@@ -82,6 +82,7 @@ class Trial(SQLModel, table=True):
     acceptance_length: float | None = None
     drafts: int | None = None
     accepted_tokens: int | None = None
+    acceptance_per_position: list | None = Field(default=None, sa_column=Column(JSON))
     engine_output_tok_s: float | None = None
     engine_figures_source: str | None = None
     requests: list | None = Field(default=None, sa_column=Column(JSON))

@@ -114,6 +114,7 @@ class RunStore(CompareObserver):
             row.acceptance_length = figures.acceptance_length
             row.drafts = figures.drafts
             row.accepted_tokens = figures.accepted_tokens
+            row.acceptance_per_position = list(figures.acceptance_per_position or ()) or None
             row.engine_output_tok_s = figures.output_tok_s
             row.engine_figures_source = figures.source
             row.requests = [request_doc(r) for r in sample.requests]

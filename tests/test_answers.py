@@ -83,7 +83,7 @@ def test_a_slowdown_of_one_category_is_named_as_that_category_only(answered):
     assert all(v in ("NO CHANGE", "INCONCLUSIVE") for name, v in verdicts.items() if name != "code"), verdicts
     assert -60.0 < categories["categories"]["code"]["verdict"]["change_pct"] < -35.0  # 2x ITL on code: about -50%
     assert "REGRESSION on code (" in categories["line"] and " only" in categories["line"]
-    assert categories["line"] in stdout
+    assert categories["line"] in stdout and "baseline: REGRESSION on code only" in stdout
     # the answers did not change: the slowdown is speed only
     assert entry["verdict"]["outputs"]["status"] == "same" and entry["above"] == []
     assert entry["verdict"]["outputs"]["same"] == 12

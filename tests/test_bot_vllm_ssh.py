@@ -96,4 +96,7 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     notes = report["modes"]["eagle3"]["notes"]
     assert any(n.startswith("commit: the draft is never accepted (acceptance length 1.00)") for n in notes), notes
     assert verdict.outputs["status"] == "same", verdict.outputs
+    assert all(t.acceptance_per_position == pytest.approx([0.0] * 3) for t in by_role["head"])
+    assert any(n.endswith("base 1.00 1.00 1.00, commit 0.00 0.00 0.00; position 1 moved most: 1.00 -> 0.00")
+               for n in notes), notes
     assert "the draft is never accepted" in str([p.body for p in emulator.recorded("chat.postMessage")])

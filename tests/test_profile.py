@@ -3,7 +3,7 @@ profile round of a compare (core._experiments.profiling) on the fast fake engine
 
 The trace fixtures are real: ``tests/fixtures/profiles/vllm-cpu-*`` were recorded from vLLM's
 CPU build serving the tiny test models in eagle3 mode (``specperf compare slow-spec --profile
-always``; base and the slow-spec commit, whose draft proposal runs one more 640x640 matmul),
+always``; base and the slow-spec commit, whose draft proposal runs one more 1152x1152 matmul),
 ``gpu-*`` on the H200 (tests/fixtures/profiles/README.md says how). The real engine's profile
 round is asserted in tests/test_compare_vllm.py.
 """
@@ -347,7 +347,7 @@ def test_compare_profile_always_is_stored_shown_and_in_json(repo, tmp_path, unus
     shown = specperf_in_process(["--config", config, "show", "1", "--json", "-", *db], env=env, cwd=tmp_path)
     profile = json.loads(shown.stdout)["modes"]["baseline"]["profile"]
     assert profile["status"] == "done" and profile["ops"][0]["name"] == "fake::decode_step"
-    assert profile["ops"][0]["change_ms"] == pytest.approx(0.9 * 0.2, rel=0.25)  # ITL 2.0 -> 2.2 ms, 90% in the op
+    assert profile["ops"][0]["change_ms"] == pytest.approx(0.9 * 0.6, rel=0.25)  # ITL 2.0 -> 2.6 ms, 90% in the op
     kept = tmp_path / "home" / "profiles" / "run-1" / "baseline"
     assert all(p.startswith(str(kept)) and Path(p).is_file() for role in ("base", "head") for p in profile[role]["traces"])
     plain = specperf_in_process(["--config", config, "compare", "noop", "--base", "base", "--profile", "never", *db],

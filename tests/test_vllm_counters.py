@@ -7,8 +7,10 @@ import pytest
 
 from core import CompareConfig
 from core._experiments.compare import verdict_for
+from core._experiments.report import position_line
 from core._experiments.stats import ArmTrial
-from core._measure.engines import NOT_DERIVED, num_speculative_tokens, vllm_acceptance
+from core._measure.engines import NOT_DERIVED, acceptance_per_position, num_speculative_tokens, vllm_acceptance
+from core._measure.prometheus import sample_sums
 
 EAGLE3 = ["--speculative-config", '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}']
 
@@ -64,3 +66,41 @@ def test_verdict_reason_names_the_missing_counter():
     verdict = verdict_for(trials, CompareConfig(min_trials=4))
     assert verdict.reason.endswith(f"acceptance length not derived: {note}")
     assert NOT_DERIVED.strip("; ").startswith("acceptance length not derived")
+
+
+# As vLLM 0.32 writes them (vllm/v1/spec_decode/metrics.py): one counter per position, labelled.
+METRICS = '''# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
+'''
+
+
+def test_acceptance_per_position_is_the_window_delta_over_drafts():
+    start = sample_sums(METRICS.format(drafts=100, accepted=150, p0=80, p1=50, p2=20), split="position")
+    end = sample_sums(METRICS.format(drafts=300, accepted=450, p0=270, p1=130, p2=50), split="position")
+    spec = vllm_acceptance(start, end, 3)
+    assert spec.acceptance_length == pytest.approx(1 + 300 / 200)
+    assert acceptance_per_position(start, end, spec.drafts) == pytest.approx((0.95, 0.40, 0.15))
+    assert end["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == 450  # the sum over positions stays
+    assert acceptance_per_position(start, end, 0) is None
+    assert acceptance_per_position({}, {"vllm:spec_decode_num_drafts_total": 5.0}, 5) is None  # no such counter
+
+
+def test_the_position_that_moved_most_is_named():
+    base = [ArmTrial(100.0, 3.6, acceptance_per_position=(0.95, 0.90, 0.75))] * 3
+    head = [ArmTrial(80.0, 2.9, acceptance_per_position=(0.95, 0.72, 0.22))] * 3
+    line = position_line({"base": base, "head": head})
+    assert line == ("acceptance per draft position (share of drafts whose k-th token was accepted, k = 1..3): "
+                    "base 0.95 0.90 0.75, commit 0.95 0.72 0.22; position 3 moved most: 0.75 -> 0.22")
+    assert position_line({"base": base, "head": base}).endswith("commit 0.95 0.90 0.75")
+    unknown = [ArmTrial(100.0, 3.6)] * 2
+    assert position_line({"base": unknown, "head": unknown}).startswith("acceptance per draft position not known")
+    assert position_line({"base": [ArmTrial(100.0)], "head": [ArmTrial(90.0)]}) is None  # no speculation

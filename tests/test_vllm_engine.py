@@ -48,11 +48,13 @@ def test_every_trial_reports_throughput_and_window_acceptance(testenv, slow_spec
         # The engine's own count over the window matches the client's: the window is exact.
         assert trial.engine.output_tokens == trial.sample.output_tokens
         if expected_acceptance is None:
-            assert trial.engine.acceptance_length is None
+            assert trial.engine.acceptance_length is None and trial.engine.acceptance_per_position is None
         else:
             assert trial.engine.drafts > 0
-            # slow-spec only delays the proposer: the agreeing draft is still always accepted
+            # slow-spec only delays the proposer: the agreeing draft is still always accepted, at
+            # every position (vLLM's per-position counter over the window)
             assert trial.engine.acceptance_length == pytest.approx(expected_acceptance)
+            assert trial.engine.acceptance_per_position == pytest.approx((1.0,) * int(expected_acceptance - 1))
         assert group_members(trial.pgid, trial.log_path) == []
 
 

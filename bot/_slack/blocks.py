@@ -19,6 +19,7 @@ import storage
 from bot._app import WatchResult
 from bot._common import disturbed_lines, fmt, profile_lines, speedup_text, watch_verdict, window_rows
 from bot._slack.mrkdwn import escape
+from core._experiments.categories import category_moves
 from core._history.check import HistoryCheck
 
 _EMOJI = {"REGRESSION": ":red_circle:", "IMPROVEMENT": ":large_green_circle:", "NO CHANGE": ":white_circle:",
@@ -86,6 +87,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
     run = stored.run
     verdicts = [e["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")]
     verdicts += ["OUTPUTS CHANGED" for e in report["modes"].values() if e.get("above")]
+    verdicts += [c["verdict"]["verdict"] for e in report["modes"].values() if e.get("verdict")
+                 for c in ((e["verdict"].get("categories") or {}).get("categories") or {}).values()]
     worst = next((w for w in ("OUTPUTS CHANGED", "REGRESSION", "IMPROVEMENT", "INCONCLUSIVE", "NO CHANGE")
                   if w in verdicts), "-")
     header = f"{worst}: {run.engine_name} {run.head_ref} ({run.head_sha[:10]}) vs {run.base_sha[:10]}"
@@ -100,8 +103,10 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
         verdict = v["verdict"] if v else "-"
         if entry.get("above"):
             blocks.append(_text("\n".join(f":rotating_light: *{line}*" for line in entry["above"])[:2900]))
+        moved = category_moves(v.get("categories")) if v else None
         blocks.append(_text(f"{_EMOJI.get(verdict, '')} *{mode}*: *{verdict}*"
-                            + (" (speed of different answers)" if entry.get("above") else "")))
+                            + (" (speed of different answers)" if entry.get("above") else "")
+                            + (f"; {moved}" if moved else "")))
         blocks.append({"type": "section", "fields": [
             _field("base tok/s", fmt(base["output_tok_s"])),
             _field("commit tok/s", fmt(head["output_tok_s"])),

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bot._common import disturbed_lines, fmt, profile_lines, speedup_text
+from core._experiments.categories import category_moves
 
 _STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "NO CHANGE": "green", "INCONCLUSIVE": "yellow"}
 
@@ -24,9 +25,11 @@ def print_report(console: Console, report: dict, title: str) -> None:
     earlier runs of its commit (``report["history"]``, :func:`bot._runs.history_checks`)."""
     if report.get("headline"):
         console.print(Text(report["headline"], style="bold yellow"))
-    for entry in report["modes"].values():
+    for mode, entry in report["modes"].items():
         for line in entry.get("above", []):
             console.print(Text(line, style="bold red"))
+        if moved := category_moves((entry.get("verdict") or {}).get("categories")):
+            console.print(Text(f"{mode}: {moved}", style="bold"))
     table = Table(title=title)
     for column in ("mode", "base tok/s", "commit tok/s", "change (95% CI)", "p", "verdict",
                    "acceptance length", "ms / step"):

@@ -102,3 +102,17 @@ def _line(found: dict, level: float) -> str:
             f"tok/s per request): " + "; ".join(parts)
             + ("" if acceptance_known else "; acceptance per category not known (the engine counts it only "
                                            "for all requests together)"))
+
+
+def category_moves(categories: dict | None) -> str | None:
+    """The categories that moved, in a few words (``"REGRESSION on code only"``), from a
+    verdict's ``categories`` (:func:`category_verdicts`); ``None`` when none did."""
+    if not categories:
+        return None
+    found = categories["categories"]
+    parts = []
+    for kind in (REGRESSION, IMPROVEMENT):
+        names = [name for name, entry in found.items() if entry["verdict"]["verdict"] == kind]
+        if names:
+            parts.append(f"{kind} on {', '.join(names)}" + (" only" if len(names) < len(found) else ""))
+    return "; ".join(parts) or None

@@ -179,7 +179,8 @@ def arm_trial(trial: TrialResult) -> ArmTrial:
     """The figures of a trial that the statistics use."""
     tpot = trial.sample.tpot_ms
     return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
-                    trial.engine.acceptance_missing, requests=tuple(request_doc(r) for r in trial.sample.requests))
+                    trial.engine.acceptance_missing, requests=tuple(request_doc(r) for r in trial.sample.requests),
+                    acceptance_per_position=trial.engine.acceptance_per_position)
 
 
 def request_doc(record: RequestRecord) -> dict:

@@ -23,7 +23,9 @@ BASELINE = "baseline"
 
 class ArmFigures(TypedDict):
     """One arm of one mode in a :class:`CompareReport`: medians over its ok trials, and the
-    mean output length of its requests (tokens; ``None`` when not stored)."""
+    mean output length of its requests (tokens; ``None`` when not stored). ``acceptance_per_position``:
+    per draft position k = 1.., the median share of drafts whose k-th token was accepted
+    (``None`` where the engine does not count it)."""
 
     trials: int
     output_tok_s: float | None
@@ -31,6 +33,7 @@ class ArmFigures(TypedDict):
     step_ms: float | None
     output_tok_s_all: list[float]
     output_tokens_mean: float | None
+    acceptance_per_position: list[float] | None
 
 
 class ModeReport(TypedDict, total=False):
@@ -175,6 +178,34 @@ def _mean_output_tokens(arm: list[ArmTrial]) -> float | None:
     return sum(counts) / len(counts) if counts else None
 
 
+MOVED_POSITION = 0.05  # a draft position whose acceptance moved by less is not named
+
+
+def _per_position(arm: list[ArmTrial]) -> list[float] | None:
+    rows = [t.acceptance_per_position for t in arm if t.acceptance_per_position]
+    if not rows:
+        return None
+    return [statistics.median(row[k] for row in rows if len(row) > k) for k in range(max(len(r) for r in rows))]
+
+
+def position_line(arms: dict[str, list[ArmTrial]]) -> str | None:
+    """Acceptance per draft position of both arms, naming the position that moved most (by at
+    least :data:`MOVED_POSITION`); what is missing when the engine does not count it; ``None``
+    without speculation."""
+    if not any(t.acceptance_length is not None for arm in arms.values() for t in arm):
+        return None
+    shares = {role: _per_position(arm) for role, arm in arms.items()}
+    base, head = shares.get("base"), shares.get("head")
+    if not base or not head:
+        return ("acceptance per draft position not known: this engine exports no per-position counter "
+                "(vLLM's vllm:spec_decode_num_accepted_tokens_per_pos; SGLang has none)")
+    line = (f"acceptance per draft position (share of drafts whose k-th token was accepted, k = 1..{len(base)}): "
+            f"base {' '.join(f'{s:.2f}' for s in base)}, commit {' '.join(f'{s:.2f}' for s in head)}")
+    moves = [(abs(h - b), k, b, h) for k, (b, h) in enumerate(zip(base, head, strict=False), 1)]
+    size, k, b, h = max(moves, key=lambda m: (m[0], -m[1])) if moves else (0.0, 0, 0.0, 0.0)
+    return line + (f"; position {k} moved most: {b:.2f} -> {h:.2f}" if size >= MOVED_POSITION else "")
+
+
 def _answers(mode: str, verdict: Verdict | None, trials: dict[str, dict[str, list[ArmTrial]]]
              ) -> tuple[list[str], list[str]]:
     """(above, notes) of ``mode`` (:class:`ModeReport`) from its verdict's outputs check and
@@ -192,6 +223,8 @@ def _answers(mode: str, verdict: Verdict | None, trials: dict[str, dict[str, lis
         above.append(f"answers differ in length in {mode}: base {lengths['base']:.1f} tokens on average, commit "
                      f"{lengths['head']:.1f}: tok/s compares different work")
     notes += degenerate_lines(arms, speculative=mode != BASELINE)
+    if positions := position_line(arms):
+        notes.append(positions)
     if mode != BASELINE and BASELINE in trials:
         notes += lossless_lines(mode, arms, trials[BASELINE])
     if verdict and verdict.categories:
@@ -244,6 +277,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "step_ms": _median([t.step_ms for t in arm]),
                 "output_tok_s_all": [t.output_tok_s for t in arm],
                 "output_tokens_mean": _mean_output_tokens(arm),
+                "acceptance_per_position": _per_position(arm),
             }
             for role, arm in arms.items()
         })

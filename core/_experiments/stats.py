@@ -80,7 +80,9 @@ class ArmTrial:
     the middle); ``None`` for two engines measured in turns (module docstring). ``requests``:
     the measured requests in prompt order, each ``{"category", "text", "output_tokens",
     "e2e_ms", "spec_verify_ct"}`` as stored (core/_experiments/outputs.py reads them; ``text``
-    is absent from runs stored before outputs were kept).
+    is absent from runs stored before outputs were kept). ``acceptance_per_position``: the
+    share of drafts whose k-th token was accepted, k = 1.. (``None``: the engine has no such
+    counter, or no speculation).
     """
 
     output_tok_s: float
@@ -89,6 +91,7 @@ class ArmTrial:
     acceptance_missing: str | None = None
     round_edge: bool | None = None
     requests: tuple[dict, ...] = ()
+    acceptance_per_position: tuple[float, ...] | None = None
 
     @property
     def step_ms(self) -> float | None:

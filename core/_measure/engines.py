@@ -75,7 +75,10 @@ class EngineFigures:
     the engine has them. ``output_tok_s``: the engine's own throughput figure, to
     cross-check the client. ``source`` names where the figures came from.
     ``acceptance_missing``: under speculation, why acceptance length could not be derived
-    (which counter is missing); ``None`` otherwise.
+    (which counter is missing); ``None`` otherwise. ``acceptance_per_position``: the share of
+    drafts whose ``k``-th proposed token was accepted, ``k`` = 1 .. num_speculative_tokens
+    (vLLM's ``spec_decode_num_accepted_tokens_per_pos`` over drafts; ``None`` where the engine
+    has no such counter).
     """
 
     acceptance_length: float | None = None
@@ -85,6 +88,7 @@ class EngineFigures:
     output_tok_s: float | None = None
     source: str = ""
     acceptance_missing: str | None = None
+    acceptance_per_position: tuple[float, ...] | None = None
 
 
 FATAL_GRACE_S = 15.0  # how long an engine that logged a traceback (not out of memory) still gets to become ready
@@ -337,6 +341,23 @@ def vllm_acceptance(start: dict[str, float], end: dict[str, float], k: int | Non
     return VllmAcceptance(None, None, accepted_int, None, missing)
 
 
+_PER_POSITION = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="%d"}'
+
+
+def acceptance_per_position(start: dict[str, float], end: dict[str, float], drafts: int | None
+                            ) -> tuple[float, ...] | None:
+    """Per draft position ``k`` (1, 2, ...), accepted tokens at position ``k - 1`` of vLLM's
+    ``spec_decode_num_accepted_tokens_per_pos`` counter over the window, divided by the window's
+    ``drafts``: the share of drafts whose ``k``-th token was accepted (vllm/v1/spec_decode/
+    metrics.py counts position 0 first). ``None`` without the counter or without drafts."""
+    if not drafts:
+        return None
+    shares: list[float] = []
+    while (key := _PER_POSITION % len(shares)) in end:
+        shares.append((end[key] - start.get(key, 0.0)) / drafts)
+    return tuple(shares) or None
+
+
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI server (the CPU build included)."""
 
@@ -365,7 +386,7 @@ class VllmAdapter(EngineAdapter):
     async def _counters(self, client: httpx.AsyncClient) -> dict[str, float]:
         response = await client.get("/metrics", timeout=10.0)
         response.raise_for_status()
-        return sample_sums(response.text)
+        return sample_sums(response.text, split="position")
 
     async def begin_window(self, client: httpx.AsyncClient) -> object:
         return await self._counters(client)
@@ -395,6 +416,7 @@ class VllmAdapter(EngineAdapter):
             output_tokens=generated,
             output_tok_s=generated / sample.window_s if sample.window_s > 0 else None,
             source=source, acceptance_missing=spec.missing,
+            acceptance_per_position=acceptance_per_position(start, end, spec.drafts),
         )
 
 

@@ -1,4 +1,5 @@
-"""a verdict's outputs check and its verdicts per category (issues 37 and 38)
+"""a verdict's outputs check and its verdicts per category, a trial's acceptance per draft
+position (issues 37 and 38)
 
 Revision ID: 0006
 Revises: 0005
@@ -17,9 +18,13 @@ def upgrade() -> None:
     with op.batch_alter_table('verdicts', schema=None) as batch_op:
         batch_op.add_column(sa.Column('outputs', sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column('categories', sa.JSON(), nullable=True))
+    with op.batch_alter_table('trials', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('acceptance_per_position', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('trials', schema=None) as batch_op:
+        batch_op.drop_column('acceptance_per_position')
     with op.batch_alter_table('verdicts', schema=None) as batch_op:
         batch_op.drop_column('categories')
         batch_op.drop_column('outputs')
