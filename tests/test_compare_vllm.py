@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bot._runs import stored_report
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
 from tests.conftest import default_config, group_members, vllm_compare
 
@@ -45,6 +46,36 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
     assert eagle3.step_ms_change_pct > 5.0  # ...the verify step got slower
     assert eagle3.attribution == "step time"
     assert {v.mode: v.verdict for v in stored.verdicts} == {m: v.verdict for m, v in result.verdicts.items()}
+    assert no_engine_left(stored)
+    # a slower proposer changes no answer: the same in both arms of both modes, and eagle3 gives
+    # baseline's answers on both commits (lossless under greedy sampling)
+    assert baseline.outputs["status"] == eagle3.outputs["status"] == "same"
+    assert eagle3.outputs["same"] == baseline.outputs["same"] == 16  # the default workload's requests
+    report, _ = stored_report(stored)
+    assert [n for n in report["modes"]["eagle3"]["notes"] if n.startswith("eagle3 against baseline on the")] == [
+        "eagle3 against baseline on the base: 16 of 16 requests the same in both (lossless under greedy sampling)",
+        "eagle3 against baseline on the commit: 16 of 16 requests the same in both (lossless under greedy sampling)"]
+
+
+def test_a_draft_accepted_where_the_target_disagrees_changes_the_answers_and_is_said_first(testenv, tmp_path):
+    """wrong-draft (scripts/make_engine_repo.py): proposals shifted by one token and every one
+    accepted, so eagle3 keeps its full acceptance and emits the draft's tokens. Two concurrent
+    pairs per mode, unpinned (the answers are the subject, not the speed)."""
+    result, stored = vllm_compare(testenv, tmp_path, "wrong-draft", ["baseline", "eagle3"], pinned=False,
+                                  pairing="concurrent", min_trials=2, max_trials=2, profile="never")
+    assert result.status == "done", result.reason
+    eagle3, baseline = result.verdicts["eagle3"].outputs, result.verdicts["baseline"].outputs
+    assert eagle3["status"] == "changed" and eagle3["changed"] == 16 and eagle3["first"]["request"] == 0
+    assert eagle3["first"]["base"].startswith("!!!!") and eagle3["first"]["head"] != eagle3["first"]["base"]
+    assert baseline["status"] == "same" and baseline["same"] == 16  # baseline never runs the draft
+    report, _ = stored_report(stored)
+    assert report["modes"]["eagle3"]["above"][0].startswith("OUTPUTS CHANGED in eagle3: 16 of 16 requests differ")
+    assert report["modes"]["baseline"]["above"] == []
+    notes = report["modes"]["eagle3"]["notes"]
+    assert "eagle3 against baseline on the base: 16 of 16 requests the same in both (lossless under greedy sampling)" \
+        in notes
+    assert any(n.startswith("eagle3 is not lossless on the commit: 16 of 16 requests differ from baseline") for n in notes)
+    assert all(t.acceptance_length == 4.0 for t in stored.trials if stored.arms[t.arm_id].mode == "eagle3")
     assert no_engine_left(stored)
 
 

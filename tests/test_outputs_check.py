@@ -126,3 +126,20 @@ async def test_natural_length_lets_the_model_stop_and_the_text_is_kept():
         assert fixed.valid and [r.output_tokens for r in fixed.requests] == [12, 12, 12]
     finally:
         listener.close()
+
+
+def test_the_answer_text_is_read_back_from_the_stream_escapes_and_all():
+    import json
+
+    from core._measure.client import RequestRecord, _StreamParser
+    texts = ['Hello "world"\n', "tab\there ", "ünï ", "\\ back", ""]
+    for api in ("completions", "chat"):
+        parser = _StreamParser(RequestRecord(0, 0.0), api)
+        for i, text in enumerate(texts):
+            choice = ({"index": 0, "text": text, "finish_reason": None} if api == "completions"
+                      else {"index": 0, "delta": {"content": text}, "finish_reason": None})
+            event = b"data: " + json.dumps({"choices": [choice]}, ensure_ascii=i % 2 == 0).encode() + b"\n\n"
+            parser.feed(event[:7], 1.0)  # split across reads
+            parser.feed(event[7:], 1.0)
+        parser.feed(b'data: {"choices":[],"usage":{"completion_tokens":5}}\n\ndata: [DONE]\n\n', 1.0)
+        assert parser.text() == "".join(texts)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -270,6 +271,11 @@ def _plain_text_chunk(payload: bytes, text_keys: tuple[bytes, bytes]) -> bool:
     return False
 
 
+# A text value in a stream's events, by API: the JSON string after the key, escapes included.
+_TEXT_VALUE = {api: re.compile(rb'"%s": ?"((?:[^"\\]|\\.)*)"' % key) for api, key in (("completions", b"text"),
+                                                                                     ("chat", b"content"))}
+
+
 class _StreamParser:
     """Incremental server-sent-events parser that fills one :class:`RequestRecord`."""
 
@@ -350,16 +356,13 @@ class _StreamParser:
                 record.spec_verify_ct = usage["spec_verify_ct"]
 
     def text(self) -> str:
-        """The generated text of the stream, from its kept bytes (call after the stream)."""
-        parts = []
-        for line in b"".join(self.raw).splitlines():
-            if line[:5] == b"data:" and line[5:].strip() not in (b"[DONE]", b""):
-                try:
-                    parts.append(_chunk_text(_decode_json(line[5:].decode()), self.api))
-                except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-                    continue  # an event the stream's own parse already judged
+        """The generated text of the stream, from its kept bytes (call after the stream): every
+        text value in order (a JSON string holds no bare quote, so the pattern finds each whole),
+        each decoded as JSON only when it holds an escape."""
+        values = _TEXT_VALUE[self.api].findall(b"".join(self.raw))
         self.raw = []
-        return "".join(parts)
+        return "".join(_decode_json(f'"{v.decode("utf-8", "replace")}"') if b"\\" in v else v.decode("utf-8", "replace")
+                       for v in values)
 
     def finish(self, now: float) -> None:
         record = self.record
