@@ -57,12 +57,15 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
         "eagle3 against baseline on the commit: 16 of 16 requests the same in both (lossless under greedy sampling)"]
 
 
+@pytest.mark.launch  # two vLLM engines at once for minutes: on the rest tier's CPU they disturbed its other tests
 def test_a_draft_accepted_where_the_target_disagrees_changes_the_answers_and_is_said_first(testenv, tmp_path):
     """wrong-draft (scripts/make_engine_repo.py): proposals shifted by one token and every one
-    accepted, so eagle3 keeps its full acceptance and emits the draft's tokens. Two concurrent
-    pairs per mode, unpinned (the answers are the subject, not the speed)."""
-    result, stored = vllm_compare(testenv, tmp_path, "wrong-draft", ["baseline", "eagle3"], pinned=False,
-                                  pairing="concurrent", min_trials=2, max_trials=2, profile="never")
+    accepted, so eagle3 keeps its full acceptance and emits the draft's tokens. Beside it, the
+    embedded default's eagle3-unrelated mode (the unrelated draft model, whose proposals the
+    target never accepts) on the same commits: never accepted on the base, where nothing forces
+    it. Two concurrent pairs per mode (the answers are the subject, not the speed)."""
+    result, stored = vllm_compare(testenv, tmp_path, "wrong-draft", ["baseline", "eagle3", "eagle3-unrelated"],
+                                  pairing="concurrent", min_trials=2, max_trials=2, profile="never", on_disturbed="keep")
     assert result.status == "done", result.reason
     eagle3, baseline = result.verdicts["eagle3"].outputs, result.verdicts["baseline"].outputs
     assert eagle3["status"] == "changed" and eagle3["changed"] == 16 and eagle3["first"]["request"] == 0
@@ -76,6 +79,9 @@ def test_a_draft_accepted_where_the_target_disagrees_changes_the_answers_and_is_
         in notes
     assert any(n.startswith("eagle3 is not lossless on the commit: 16 of 16 requests differ from baseline") for n in notes)
     assert all(t.acceptance_length == 4.0 for t in stored.trials if stored.arms[t.arm_id].mode == "eagle3")
+    unrelated = report["modes"]["eagle3-unrelated"]["notes"]
+    assert any(n.startswith("base: the draft is never accepted (acceptance length 1.00): check the draft model")
+               for n in unrelated), unrelated
     assert no_engine_left(stored)
 
 

@@ -143,3 +143,30 @@ def test_the_answer_text_is_read_back_from_the_stream_escapes_and_all():
             parser.feed(event[7:], 1.0)
         parser.feed(b'data: {"choices":[],"usage":{"completion_tokens":5}}\n\ndata: [DONE]\n\n', 1.0)
         assert parser.text() == "".join(texts)
+
+
+async def test_the_chat_templates_digest_is_read_where_the_engine_reads_it(tmp_path):
+    import hashlib
+    import json
+
+    from core._measure.engines import chat_template_digest
+    from tests.conftest import local_host
+
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    engine = core.EngineConfig(kind="vllm", model=str(model), modes={"eagle3": []})
+    async with local_host(tmp_path / "work") as host:
+        assert await chat_template_digest(host, engine, "eagle3") == digest("{{ messages }}")
+        (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+        assert await chat_template_digest(host, engine, "eagle3") == digest(
+            "{% for m in messages %}{{ m.content }}{% endfor %}")
+        (tmp_path / "mine.jinja").write_text("mine")
+        flagged = engine.model_copy(update={"modes": {"eagle3": ["--chat-template", str(tmp_path / "mine.jinja")]}})
+        assert await chat_template_digest(host, flagged, "eagle3") == digest("mine")
+        hub = engine.model_copy(update={"model": "meta-llama/Llama-3.1-8B-Instruct"})
+        assert (await chat_template_digest(host, hub, "eagle3")).startswith(
+            "unknown: no chat template read from meta-llama/Llama-3.1-8B-Instruct/chat_template.jinja")

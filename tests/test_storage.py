@@ -111,3 +111,49 @@ def test_owner_liveness_by_identity_and_lease(tmp_path):
     heartbeat.stop()
     with Session(db) as session:
         assert session.get(storage.Owner, me["instance"]) is None  # released on a clean stop
+
+
+@pytest.mark.e2e
+def test_a_run_stored_before_answers_were_kept_still_shows(tmp_path, unused_tcp_port):
+    """A run stored at schema 0005 (no outputs, categories or acceptance per position; its trials'
+    requests without text) reads back and shows after the upgrade, its outputs check absent."""
+    import asyncio
+    import json
+
+    from alembic import command
+    from sqlmodel import Session, select
+
+    from storage._db import _alembic_config
+    from storage._models import Trial
+    from tests.conftest import specperf_in_process
+
+    repo, url = tmp_path / "repo", f"sqlite:///{tmp_path}/db.sqlite"
+    make_repo(repo)
+    request = CompareRequest(
+        engine_name="fake", engine=fake_engine(repo, unused_tcp_port, ROOT), workload_name="w",
+        workload=core.WorkloadConfig(output_len=16, concurrency=1, requests=2, warmup_requests=0),
+        head_ref="slow", base_ref=None, modes=["baseline"],
+        settings=core.CompareConfig(min_trials=2, max_trials=2, cooldown_s=0, on_disturbed="keep"),
+        host=local_host(tmp_path / "work"))
+    db = storage.open_database(url)
+    store = storage.RunStore(db)
+    shas = asyncio.run(resolve_refs(request))
+    run_id = store.create(request, *shas)
+    asyncio.run(compare(request, store, shas=shas))
+    with Session(db) as session:  # as a specperf before 0006 stored it
+        for trial in session.exec(select(Trial)):
+            trial.requests = [{k: v for k, v in r.items() if k in ("ttft_ms", "e2e_ms", "tpot_ms", "output_tokens")}
+                              for r in trial.requests]
+            session.add(trial)
+        session.commit()
+    with db.begin() as connection:
+        config = _alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0005")
+    db.dispose()
+    out = specperf_in_process(["show", str(run_id), "--db", url, "--json", str(tmp_path / "r.json")], cwd=ROOT,
+                              env={**__import__("os").environ, "SPECPERF_HOME": str(tmp_path / "home")})
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["modes"]["baseline"]["verdict"]["outputs"] is None and report["modes"]["baseline"]["above"] == []
+    assert not any(n.startswith("outputs:") for n in report["modes"]["baseline"]["notes"])

@@ -13,7 +13,8 @@ torch          torch version, its CUDA, HIP, cuDNN, git version
 engine         vllm, sglang, sgl-kernel, flashinfer, triton versions (in that order), the
                engine checkout's SHA and dirtiness, then what the client asked of it (a
                compare's arm snapshots: ``client.*``, core._measure.client.request_settings):
-               sampling, API, output length method, prompts, specperf's version
+               sampling, API, output length method, prompts, the chat template's digest,
+               specperf's version
 env            variables known to move engine performance: ``NCCL_*``, ``CUDA_*``,
                ``NVIDIA_*``, ``SGLANG_*``, ``SGL_*``, ``VLLM_*``, ``TORCH_*``, ``PYTORCH_*``,
                ``TORCHINDUCTOR_*``, ``TRITON_*``, ``FLASHINFER_*``, DeepGEMM's ``DG_*``,
@@ -137,7 +138,8 @@ _ORDER = {
                      "software.torch.hip", "software.torch.cudnn", "software.torch.git_version"),
     Category.ENGINE: tuple(f"software.packages.{name}.version" for name in ENGINE_LIBRARIES)
     + ("system.git.sha", "system.git.dirty")
-    + tuple(f"client.{key}" for key in ("temperature", "api", "output", "length", "max_tokens", "prompts", "client")),
+    + tuple(f"client.{key}" for key in ("temperature", "api", "output", "length", "max_tokens", "prompts",
+                                        "chat_template", "client")),
 }
 PERFORMANCE_ENV = re.compile(
     r"^(NCCL_|CUDA_|NVIDIA_|SGLANG_|SGL_|VLLM_|TORCH_|PYTORCH_|TORCHINDUCTOR_|TRITON_|FLASHINFER_|DG_|NVSHMEM_"

@@ -57,6 +57,7 @@ from core._experiments.report import launch_rows
 from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, REGRESSION, ArmTrial, Verdict, decide
 from core._hosts import EngineHandle, Host
 from core._measure.client import RequestRecord, request_settings
+from core._measure.engines import chat_template_digest
 from core._measure.trial import TrialResult, measure, measure_pair
 from core._measure.worktree_engine import build_commit, check_import, engine_for_commit
 
@@ -513,6 +514,8 @@ async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, s
     if not cheap:  # an arm's snapshot: what the client asks is part of the set-up
         method = "ignore_eos" if engine.output_length == "probe" else engine.output_length
         data["client"] = request_settings(request.workload, method)
+        if request.workload.api == "chat":
+            data["client"]["chat_template"] = await chat_template_digest(request.host, engine, request.modes[0])
     obs.snapshot(phase, data, seq)
     return data
 

@@ -24,6 +24,7 @@ again with ``min_tokens``, then with ``max_tokens`` alone. The method found is
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 import httpx
 
 from core._config import EngineConfig
-from core._errors import EngineExitedError, EngineNotReadyError
+from core._errors import EngineExitedError, EngineNotReadyError, SpecperfError
+from core._hosts import Host
 from core._hosts.engine_log import fatal_line
 from core._measure.client import LENGTH_METHODS, Sample, length_fields
 from core._measure.prometheus import sample_sums, sample_values
@@ -356,6 +358,38 @@ def acceptance_per_position(start: dict[str, float], end: dict[str, float], draf
     while (key := _PER_POSITION % len(shares)) in end:
         shares.append((end[key] - start.get(key, 0.0)) / drafts)
     return tuple(shares) or None
+
+
+async def chat_template_digest(host: Host, engine: EngineConfig, mode: str) -> str:
+    """Which chat template the engine applies to chat requests, as the first 16 hex digits of
+    its SHA-256: the file ``--chat-template`` names in the engine's or the mode's arguments,
+    else the model folder's ``chat_template.jinja``, else the ``chat_template`` of its
+    ``tokenizer_config.json`` (read on ``host``; vLLM and SGLang look there in that order).
+    ``"unknown: ..."`` with the reason when none can be read (a model named by its hub id: the
+    template comes with the download)."""
+    args = list(engine.args) + list(engine.modes.get(mode, []))
+    named = next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--chat-template"), None) or next(
+        (arg.split("=", 1)[1] for arg in args if arg.startswith("--chat-template=")), None)
+    folder = engine.model.rstrip("/")
+    if not named and not folder:
+        return "unknown: the engine names no model folder and no --chat-template"
+    for path, key in ((named, None),) if named else ((f"{folder}/chat_template.jinja", None),
+                                                       (f"{folder}/tokenizer_config.json", "chat_template")):
+        try:
+            text = await host.read_text(path)
+        except SpecperfError:
+            continue
+        if key:
+            try:
+                template = json.loads(text).get(key)
+            except (ValueError, AttributeError):
+                continue
+            text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
+            if template is None:
+                continue
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    where = named or f"{folder}/chat_template.jinja or tokenizer_config.json"
+    return f"unknown: no chat template read from {where} on host {host.name}"
 
 
 class VllmAdapter(EngineAdapter):
