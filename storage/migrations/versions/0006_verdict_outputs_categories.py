@@ -23,7 +23,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('trials', schema=None) as batch_op:
+    # dropped in place (SQLite 3.35 and later): recreating the table, batch mode's way on SQLite,
+    # fails on the snapshots' foreign key into it
+    with op.batch_alter_table('trials', schema=None, recreate='never') as batch_op:
         batch_op.drop_column('acceptance_per_position')
     with op.batch_alter_table('verdicts', schema=None) as batch_op:
         batch_op.drop_column('categories')
