@@ -54,7 +54,8 @@ def answered(tmp_path_factory):
     root = tmp_path_factory.mktemp("answers")
     make_repo(root / "repo", COMMITS)
     port, reports = free_port(), {}
-    env = {**__import__("os").environ, "SPECPERF_HOME": str(root / "home")}
+    # a wide terminal, so that the verdict cell "IMPROVEMENT (outputs changed)" is not wrapped
+    env = {**__import__("os").environ, "SPECPERF_HOME": str(root / "home"), "COLUMNS": "250"}
     for head, pairs in (("code-slow", 6), ("wrong-fast", 4)):
         out = specperf_in_process(["--config", str(config_for(root, root / "repo", port, pairs)), "compare", head,
                                    "--base", "base", "--workload", "categories", "--db", f"sqlite:///{root}/db.sqlite",
