@@ -61,7 +61,7 @@ def test_repetition_loops_are_flagged_and_ordinary_text_is_not():
                 "t0 t1 t2 t3 t4 t5 t6 t7 t8 t9 t10 t11 t12 t13 t14 t15", "Yes.", ""]
     assert not any(repetition_loop(t) for t in ordinary)
     loops = ["!" * 64, PROSE[:60] + " the the the the the the the the the the the the the the the the the the",
-             "Sure. " + "I am sorry. " * 12, "abcabcabcabcabcabcabcabc"]
+             "Sure. " + "I am sorry. " * 12, "abc" * 16]
     assert all(repetition_loop(t) for t in loops)
 
 
@@ -170,3 +170,21 @@ async def test_the_chat_templates_digest_is_read_where_the_engine_reads_it(tmp_p
         hub = engine.model_copy(update={"model": "meta-llama/Llama-3.1-8B-Instruct"})
         assert (await chat_template_digest(host, hub, "eagle3")).startswith(
             "unknown: no chat template read from meta-llama/Llama-3.1-8B-Instruct/chat_template.jinja")
+
+
+def test_what_the_loop_check_leaves_alone_and_what_it_catches_since_the_breaker_tried_it():
+    """Found by a helper trying the check on 2026-12-06: short answers ending in a run of one
+    character, and trailing blank lines, read as loops; a sentence longer than 64 characters
+    repeated did not."""
+    assert not any(repetition_loop(t) for t in ["1/3 = 0.3333333333333333333333", "The answer is 100000000000000000000",
+                                                "Loading......", "Answer: 42" + " " * 40, "def f():\n    pass" + "\n" * 30])
+    sentence = "I am sorry, but I cannot help with that request as it goes against my guidelines. "
+    assert len(sentence) > 64 and repetition_loop(sentence * 10)
+
+
+def test_requests_without_a_kept_text_are_not_counted_as_changed():
+    check = compare_answers([launch(["a answer", "b answer"])], [ArmTrial(1.0, requests=({"text": None}, {"text": "b answer"}))])
+    assert check["status"] == "same" and check["unknown"] == 1 and check["same"] == 1
+    assert "1 without a kept text are not counted" in check["line"]
+    longer = compare_answers([launch(["a", "b"])], [launch(["a", "b", "x", "y"])])
+    assert "the sides answered 2 and 4 requests, the first 2 compared" in longer["line"]

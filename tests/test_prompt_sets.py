@@ -129,3 +129,28 @@ def test_a_relative_path_is_taken_from_the_config_files_folder(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     config = load_config(config_with(folder, 'prompts = "mine.jsonl"'))
     assert config.workload("w").prompts == str(folder / "mine.jsonl")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xef\xbb\xbf" + json.dumps(SHAREGPT).encode(), None),  # a byte-order mark is not content
+    (b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n', r"bad.jsonl:2: not UTF-8 text \(byte 0xe9\)"),
+    (b'{"prompt": "ok", "category": "co\\nde"}\n', r"bad.jsonl:1: category 'co\\nde' holds a control character"),
+])
+def test_encodings_and_category_names(tmp_path, content, message):
+    (tmp_path / "bad.jsonl").write_bytes(content)
+    config = config_with(tmp_path, 'prompts = "bad.jsonl"')
+    if message is None:
+        assert sorted({p.text for p in workload_prompts(load_config(config).workload("w"))[0]}) == \
+            ["Explain TCP slow start.", "Hello, who are you?"]
+        return
+    with pytest.raises(core.ConfigError, match=message) as caught:
+        load_config(config)
+    assert "specperf.toml: workloads.w: " in str(caught.value)  # which workload names the file
+
+
+@pytest.mark.parametrize("path", ["loop1", "~nosuchuser-specperf/x.jsonl"])
+def test_a_path_that_cannot_be_resolved_is_a_config_error(tmp_path, path):
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(core.ConfigError, match=r"workloads.w"):
+        load_config(config_with(tmp_path, f'prompts = "{path}"'))

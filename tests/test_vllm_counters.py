@@ -104,3 +104,12 @@ def test_the_position_that_moved_most_is_named():
     unknown = [ArmTrial(100.0, 3.6)] * 2
     assert position_line({"base": unknown, "head": unknown}).startswith("acceptance per draft position not known")
     assert position_line({"base": [ArmTrial(100.0)], "head": [ArmTrial(90.0)]}) is None  # no speculation
+
+
+def test_requests_without_a_category_are_judged_as_uncategorised():
+    from core._experiments.categories import split_by_category
+    trial = ArmTrial(100.0, requests=({"category": "code", "output_tokens": 10, "e2e_ms": 100.0},
+                                      {"category": None, "output_tokens": 10, "e2e_ms": 200.0}))
+    assert {name: t.output_tok_s for name, t in split_by_category(trial).items()} == \
+        {"code": 100.0, "uncategorised": 50.0}
+    assert split_by_category(ArmTrial(1.0, requests=({"category": None, "output_tokens": 1, "e2e_ms": 1.0},))) == {}

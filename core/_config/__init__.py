@@ -272,7 +272,7 @@ class WorkloadConfig(_Strict):
 
     ``prompts``: where the prompts come from: ``"random-words"`` (``prompt_words`` seeded words
     each, drawn from a fixed list), ``"categories"`` (the prompt set shipped with specperf, six
-    categories: core/_measure/prompt_sets/), or the path of a prompt-set file in ``format``
+    categories: core/_prompts/categories.jsonl), or the path of a prompt-set file in ``format``
     (``"auto"`` tells by content: Spec-Bench ``question.jsonl``, ShareGPT JSON, or JSONL with
     ``prompt`` or ``messages``); a relative path is taken from the config file's folder.
     ``categories``: the file's categories to use (empty: all). ``mix``: ``"balanced"`` takes
@@ -521,7 +521,11 @@ def parse_config(text: str, source: str = "<config>", model: type[C] = Config) -
     folder = Path(source).parent if Path(source).is_file() else Path.cwd()
     for name, workload in list(config.workloads.items()):
         if workload.prompts not in BUILTIN_PROMPT_SETS:
-            path = str((folder / Path(workload.prompts).expanduser()).resolve())
+            try:
+                path = str((folder / Path(workload.prompts).expanduser()).resolve())
+            except (RuntimeError, ValueError, OSError) as exc:  # a link loop, ~nosuchuser, a NUL byte
+                raise ConfigError(f"{source}: workloads.{name}.prompts = {workload.prompts!r} is not a usable path: "
+                                  f"{exc}") from None
             config.workloads[name] = workload = workload.model_copy(update={"prompts": path})
         check_prompts(workload, f"{source}: workloads.{name}")
     return config

@@ -27,11 +27,13 @@ UNCATEGORISED = "uncategorised"
 
 def split_by_category(trial: ArmTrial) -> dict[str, ArmTrial]:
     """One launch's figures per category (module docstring), each an :class:`ArmTrial` in the
-    launch's place in its round; empty when the requests carry no category."""
+    launch's place in its round; requests without a category form ``uncategorised`` (as the
+    balanced selection counts them); empty when no request carries a category."""
+    if not any(request.get("category") for request in trial.requests):
+        return {}
     groups: dict[str, list[dict]] = {}
     for request in trial.requests:
-        if request.get("category") is not None:
-            groups.setdefault(request["category"], []).append(request)
+        groups.setdefault(request.get("category") or UNCATEGORISED, []).append(request)
     out = {}
     for category, requests in groups.items():
         tokens = sum(r.get("output_tokens") or 0 for r in requests)

@@ -35,8 +35,8 @@ from core._experiments.stats import ArmTrial
 EXCERPT_CHARS = 40
 NEVER_ACCEPTED = 1.05  # acceptance length at or under this: no draft token is accepted
 LOOP_SHARE = 0.25  # a quarter of the requests or more ending in a loop is flagged
-_LOOP_MIN_CHARS = 16
-_LOOP_MAX_PERIOD = 64
+_LOOP_MIN_CHARS = 32
+_LOOP_MAX_PERIOD = 200
 _LOOP_REPEATS = 4
 
 
@@ -79,8 +79,9 @@ def compare_answers(base: Sequence[ArmTrial], head: Sequence[ArmTrial], names: t
         return None
     (a, unstable_a), (b, unstable_b) = got  # type: ignore[misc]
     count = min(len(a), len(b))
-    unstable = (unstable_a | unstable_b) & set(range(count))
-    changed = [i for i in range(count) if i not in unstable and a[i] != b[i]]
+    unknown = {i for i in range(count) if a[i] is None or b[i] is None}  # a request whose text was not kept
+    unstable = ((unstable_a | unstable_b) & set(range(count))) - unknown
+    changed = [i for i in range(count) if i not in unstable and i not in unknown and a[i] != b[i]]
     first = None
     if changed:
         i = changed[0]
@@ -90,21 +91,26 @@ def compare_answers(base: Sequence[ArmTrial], head: Sequence[ArmTrial], names: t
                  "head": _excerpt(b[i] or "", at)}
     status = "changed" if changed and len(changed) > len(unstable) else "same"
     vary = (f"; {len(unstable)} vary from launch to launch within a side and are not counted" if unstable else "")
+    vary += f"; {len(unknown)} without a kept text are not counted" if unknown else ""
+    vary += f"; the sides answered {len(a)} and {len(b)} requests, the first {count} compared" \
+        if len(a) != len(b) else ""
     if status == "changed" and first:
         where = f"request {first['request']}" + (f" ({first['category']})" if first["category"] else "")
         line = (f"{len(changed)} of {count} requests differ from {names[0]}, first {where} from character "
                 f"{first['char']}: {names[0]} {first['base']!r}, {names[1]} {first['head']!r}{vary}")
     else:
-        line = f"{count - len(changed) - len(unstable)} of {count} requests the same in both{vary}" + (
+        line = f"{count - len(changed) - len(unstable) - len(unknown)} of {count} requests the same in both{vary}" + (
             f" ({len(changed)} differ, no more than vary on their own)" if changed else "")
-    return {"requests": count, "same": count - len(changed) - len(unstable), "changed": len(changed),
-            "unstable": len(unstable), "status": status, "first": first, "line": line}
+    return {"requests": count, "same": count - len(changed) - len(unstable) - len(unknown), "changed": len(changed),
+            "unstable": len(unstable), "unknown": len(unknown), "status": status, "first": first, "line": line}
 
 
 def repetition_loop(text: str) -> bool:
-    """Whether ``text`` ends in a loop: its last half (at least 16 characters) is one unit of
-    1-64 characters repeated, at least 4 times. Prose, code and lists do not repeat exactly
-    like that; a model stuck on a phrase does."""
+    """Whether ``text`` ends in a loop: without its trailing white space, its last half (at
+    least 32 characters) is one unit of 1-200 characters repeated, at least 4 times. Prose,
+    code and lists do not repeat exactly like that; a model stuck on a phrase does. A short
+    answer that ends in a run of digits or dots ("0.33333") is too short to be judged."""
+    text = text.rstrip()
     span = max(len(text) // 2, _LOOP_MIN_CHARS)
     if len(text) < span or len(text) < _LOOP_MIN_CHARS:
         return False

@@ -59,6 +59,16 @@ class Prompt:
         return list(self.messages) if self.messages else [{"role": "user", "content": self.text or ""}]
 
 
+def _category_name(category: str | None, where: str) -> str | None:
+    """``category`` as used (an empty name is none); a name with a control character (a line
+    break) would break every one-line message it appears in."""
+    if not category:
+        return None
+    if any(ord(c) < 32 or ord(c) == 127 for c in category):
+        raise ConfigError(f"{where}: category {category!r} holds a control character")
+    return category
+
+
 def _line_prompt(entry: object, where: str, fmt: str) -> Prompt:
     """One JSONL line's prompt, in ``fmt`` (``spec-bench`` or ``jsonl``)."""
     if not isinstance(entry, dict):
@@ -66,6 +76,7 @@ def _line_prompt(entry: object, where: str, fmt: str) -> Prompt:
     category = entry.get("category")
     if category is not None and not isinstance(category, str):
         raise ConfigError(f"{where}: category must be a string, got {category!r}")
+    category = _category_name(category, where)
     if fmt == "spec-bench":
         turns = entry.get("turns")
         if not (isinstance(turns, list) and turns and isinstance(turns[0], str) and turns[0].strip()):
@@ -95,7 +106,8 @@ def _sharegpt(entries: object, name: str) -> list[Prompt]:
                      None)
         if isinstance(first, str) and first.strip():
             category = entry.get("category")
-            prompts.append(Prompt(first, category if isinstance(category, str) else None, f"{name}: entry {i}"))
+            where = f"{name}: entry {i}"
+            prompts.append(Prompt(first, _category_name(category, where) if isinstance(category, str) else None, where))
     return prompts
 
 
@@ -117,12 +129,18 @@ def _read(path: str, fmt: str, stamp: tuple[int, int]) -> tuple[Prompt, ...]:
     read again)."""
     name = path
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"prompt set {name} does not exist (workloads' prompts = a path, \"categories\" or "
                           "\"random-words\")") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"prompt set {name} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"prompt set {name} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark, as editors on Windows write, is not content
+    except UnicodeDecodeError as exc:
+        at = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{name}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x}); prompt sets are "
+                          "UTF-8") from None
     fmt = _detect(Path(path), text) if fmt == "auto" else fmt
     if fmt == "sharegpt":
         try:
@@ -178,7 +196,10 @@ def check_prompt_set(source: str, fmt: str, categories: list[str], api: str, whe
         if categories:
             raise ConfigError(f"{where}: categories = {categories} but the random-words prompts have no categories")
         return ()
-    prompts = read_prompt_set(source, fmt)
+    try:
+        prompts = read_prompt_set(source, fmt)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     known = sorted({p.category or UNCATEGORISED for p in prompts})
     unknown = [c for c in categories if c not in known]
     if unknown:
