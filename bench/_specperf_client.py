@@ -26,10 +26,7 @@ parser.add_argument("--api")
 args = parser.parse_args()
 extra = {key: value for key in ("prompts", "output", "api") if (value := getattr(args, key))}
 workload = WorkloadConfig(output_len=args.output_len, concurrency=args.concurrency, requests=args.requests,
-                          warmup_requests=args.concurrency, prompt_words=16, mix="file" if extra else "balanced",
-                          **extra) if extra else \
-    WorkloadConfig(output_len=args.output_len, concurrency=args.concurrency, requests=args.requests,
-                   warmup_requests=args.concurrency, prompt_words=16)
+                          warmup_requests=args.concurrency, prompt_words=16, **extra, **({"mix": "file"} if extra else {}))
 start = time.process_time()
 sample = uvloop.run(run_workload(args.base_url, "tiny", workload))
 cpu_s = time.process_time() - start

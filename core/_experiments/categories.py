@@ -17,12 +17,10 @@ shown are the matching ``1 - alpha / k`` ones.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable, Sequence
 
-from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, ArmTrial, Verdict
-
-UNCATEGORISED = "uncategorised"
+from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, ArmTrial, Verdict, median_or_none
+from core._prompts import UNCATEGORISED
 
 
 def split_by_category(trial: ArmTrial) -> dict[str, ArmTrial]:
@@ -65,16 +63,11 @@ def category_verdicts(base: Sequence[ArmTrial], head: Sequence[ArmTrial], alpha:
         b_trials, h_trials = [p[0] for p in pairs], [p[1] for p in pairs]
         verdict = judge(b_trials, h_trials, level)
         found[name] = {"verdict": dataclasses.asdict(verdict),
-                       "base_tok_s": _median([t.output_tok_s for t in b_trials]),
-                       "head_tok_s": _median([t.output_tok_s for t in h_trials]),
-                       "base_acceptance": _median([t.acceptance_length for t in b_trials]),
-                       "head_acceptance": _median([t.acceptance_length for t in h_trials])}
+                       "base_tok_s": median_or_none([t.output_tok_s for t in b_trials]),
+                       "head_tok_s": median_or_none([t.output_tok_s for t in h_trials]),
+                       "base_acceptance": median_or_none([t.acceptance_length for t in b_trials]),
+                       "head_acceptance": median_or_none([t.acceptance_length for t in h_trials])}
     return {"family": len(names), "alpha": level, "categories": found, "line": _line(found, level)}
-
-
-def _median(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return statistics.median(kept) if kept else None
 
 
 def _line(found: dict, level: float) -> str:

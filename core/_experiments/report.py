@@ -16,7 +16,7 @@ from core._config import CompareConfig
 from core._env.disturbance import Disturbance, culprit_lines
 from core._experiments.calibrate import Plan, pair_spread_pct
 from core._experiments.outputs import degenerate_lines, lossless_lines
-from core._experiments.stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, speedup, speedup_change
+from core._experiments.stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, median_or_none, speedup, speedup_change
 
 BASELINE = "baseline"
 
@@ -94,11 +94,6 @@ class CompareReport(TypedDict):
     environment: Environment
     client: NotRequired[str]
     history: NotRequired[list[dict]]
-
-
-def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
 
 
 def _speedup_dict(s: Speedup | None) -> dict | None:
@@ -272,9 +267,9 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
         modes[mode] = cast(ModeReport, {
             role: {
                 "trials": len(arm),
-                "output_tok_s": _median([t.output_tok_s for t in arm]),
-                "acceptance_length": _median([t.acceptance_length for t in arm]),
-                "step_ms": _median([t.step_ms for t in arm]),
+                "output_tok_s": median_or_none([t.output_tok_s for t in arm]),
+                "acceptance_length": median_or_none([t.acceptance_length for t in arm]),
+                "step_ms": median_or_none([t.step_ms for t in arm]),
                 "output_tok_s_all": [t.output_tok_s for t in arm],
                 "output_tokens_mean": _mean_output_tokens(arm),
                 "acceptance_per_position": _per_position(arm),

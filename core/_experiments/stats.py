@@ -128,6 +128,12 @@ class Verdict:
     categories: dict | None = None
 
 
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median of the values that are there (``None`` left out); ``None`` when none are."""
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
 def pair_log_ratios(base: list[float], head: list[float]) -> np.ndarray:
     """``ln(head_i / base_i)`` for each pair; both lists in pair order, equal length.
 

@@ -124,10 +124,9 @@ def _detect(path: Path, head: str) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _read(path: str, fmt: str, stamp: tuple[int, int]) -> tuple[Prompt, ...]:
+def _read(path: str, fmt: str, stamp: tuple[int, int], name: str) -> tuple[Prompt, ...]:
     """The prompts of the file at ``path`` (``stamp``: its mtime and size, so an edited file is
-    read again)."""
-    name = path
+    read again), ``name`` naming it in errors and in each prompt's ``where``."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -179,9 +178,7 @@ def read_prompt_set(source: str, fmt: str = "auto") -> tuple[Prompt, ...]:
         stamp = (stat.st_mtime_ns, stat.st_size)
     except OSError:
         stamp = (0, 0)
-    prompts = _read(source, fmt, stamp)
-    return tuple(Prompt(p.text, p.category, p.where.replace(str(_BUILTIN_FILE), "categories"), p.messages)
-                 for p in prompts) if source == str(_BUILTIN_FILE) else prompts
+    return _read(source, fmt, stamp, "categories" if source == str(_BUILTIN_FILE) else source)
 
 
 def check_prompt_set(source: str, fmt: str, categories: list[str], api: str, where: str) -> tuple[Prompt, ...]:
