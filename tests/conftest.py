@@ -128,6 +128,17 @@ def exact_server() -> Iterator:
         server.close()
 
 
+def record_verdict(record_property, name: str, verdict) -> None:
+    """Records a verdict's figures on the running test (pytest's ``record_property``: JUnit XML
+    properties ``NAME_change_pct``, ``NAME_ci_low_pct``, ``NAME_ci_high_pct``), which
+    ``scripts/test --repeat`` gathers over repeats as the spread that test saw (issue 41).
+    ``verdict``: a core Verdict, or its dict form (a JSON report's mode verdict or history check)."""
+    get = verdict.get if isinstance(verdict, dict) else lambda key: getattr(verdict, key, None)
+    for key in ("change_pct", "ci_low_pct", "ci_high_pct"):
+        if get(key) is not None:
+            record_property(f"{name}_{key}", round(float(get(key)), 2))
+
+
 def group_members(pgid: int, log_path: str | None = None) -> list[psutil.Process]:
     """Every live (non-zombie) process whose process group is ``pgid``, read from the process table.
 

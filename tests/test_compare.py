@@ -24,7 +24,8 @@ from core._experiments.compare import CompareRequest, arm_differences, compare, 
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
 from bot._runs import stored_report
 from core.testing import FakeHost, fake_engine_config
-from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, local_host, specperf_in_process, stopped_at_end
+from tests.conftest import (ROOT, SPECPERF, first_trial_pgid, group_members, local_host, record_verdict, specperf_in_process,
+                            stopped_at_end)
 from tests.fake_engine_repo import fake_engine, linear_history, make_repo
 
 WORKLOAD = core.WorkloadConfig(output_len=128, concurrency=2, requests=8, warmup_requests=1)
@@ -137,13 +138,15 @@ def test_stored_run_recomputes_to_the_same_verdicts(slow_compare, tmp_path):
 
 
 @pytest.mark.e2e
-async def test_concurrent_pairing_runs_both_arms_at_once_and_measures_them_in_turns(repo, tmp_path, unused_tcp_port):
+async def test_concurrent_pairing_runs_both_arms_at_once_and_measures_them_in_turns(repo, tmp_path, unused_tcp_port,
+                                                                                   record_property):
     path, shas = repo
     request = request_for(path, unused_tcp_port, "slow", None, tmp_path / "work", modes=("baseline",))
     request.settings = SETTINGS.model_copy(update={"pairing": "concurrent", "max_trials": 4})
     result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
     assert result.status == "done", result.reason
     verdict = result.verdicts["baseline"]
+    record_verdict(record_property, "baseline", verdict)
     assert verdict.verdict == REGRESSION and -28.0 < verdict.change_pct < -18.0, verdict  # ITL x1.3: -23.1%
     assert verdict.n_pairs == 4
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
@@ -311,7 +314,7 @@ def test_a_compare_whose_engine_truncates_its_outputs_exits_with_status_4(repo, 
 
 
 @pytest.mark.e2e
-def test_a_second_sigterm_cannot_leave_the_run_running(repo, tmp_path, unused_tcp_port):
+def test_a_second_sigterm_cannot_leave_the_run_running(repo, tmp_path, unused_tcp_port, record_property):
     """Two SIGTERMs 20 ms apart (a supervisor's stop, then its retry): the second used to cut
     the clean-up short, leaving the run and trial ``running`` and a traceback."""
     path, _ = repo
@@ -324,9 +327,11 @@ def test_a_second_sigterm_cannot_leave_the_run_running(repo, tmp_path, unused_tc
         pgid = first_trial_pgid(url)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
         time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
+        record_property("exit_s", round(time.monotonic() - signalled, 2))
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     assert group_members(pgid) == []
     with Session(storage.open_database(url)) as session:

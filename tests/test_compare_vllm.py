@@ -20,7 +20,7 @@ import pytest
 
 from bot._runs import stored_report
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
-from tests.conftest import default_config, group_members, vllm_compare
+from tests.conftest import default_config, group_members, record_verdict, vllm_compare
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 
@@ -29,11 +29,13 @@ def no_engine_left(stored) -> bool:
     return all(group_members(t.pgid, t.log_path) == [] for t in stored.trials if t.pgid)
 
 
-def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_compare):
+def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_compare, record_property):
     result, stored = slow_spec_compare.result, slow_spec_compare.stored
     assert result.status == "done", result.reason
     assert result.imported["head"]["from_worktree"]
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
+    record_verdict(record_property, "baseline", baseline)
+    record_verdict(record_property, "eagle3", eagle3)
     # baseline is left as it was: no verdict of a change. NO CHANGE needs the whole interval
     # inside the 5% margin, which launch-to-launch spread on a shared 2-vCPU VM (undisturbed
     # launches of one arm 221-389 tok/s on 2026-12-02) denies within 4 pairs: INCONCLUSIVE is then
@@ -60,11 +62,11 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
 @pytest.mark.launch  # two vLLM engines at once for minutes: on the rest tier's CPU they disturbed its other tests
 def test_a_draft_accepted_where_the_target_disagrees_changes_the_answers_and_is_said_first(testenv, tmp_path):
     """wrong-draft (scripts/make_engine_repo.py): proposals shifted by one token and every one
-    accepted, so eagle3 keeps its full acceptance and emits the draft's tokens. Beside it, the
-    embedded default's eagle3-unrelated mode (the unrelated draft model, whose proposals the
-    target never accepts) on the same commits: never accepted on the base, where nothing forces
-    it. Two concurrent pairs per mode (the answers are the subject, not the speed)."""
-    result, stored = vllm_compare(testenv, tmp_path, "wrong-draft", ["baseline", "eagle3", "eagle3-unrelated"],
+    accepted, so eagle3 keeps its full acceptance and emits the draft's tokens. Two concurrent
+    pairs per mode (the answers are the subject, not the speed). (The unrelated draft's "never
+    accepted" note is asserted through Slack in tests/test_bot_vllm_ssh.py; its mode here cost
+    four launches, about 130 s of the engine tier, issue 41.)"""
+    result, stored = vllm_compare(testenv, tmp_path, "wrong-draft", ["baseline", "eagle3"],
                                   pairing="concurrent", min_trials=2, max_trials=2, profile="never", on_disturbed="keep")
     assert result.status == "done", result.reason
     eagle3, baseline = result.verdicts["eagle3"].outputs, result.verdicts["baseline"].outputs
@@ -79,9 +81,6 @@ def test_a_draft_accepted_where_the_target_disagrees_changes_the_answers_and_is_
         in notes
     assert any(n.startswith("eagle3 is not lossless on the commit: 16 of 16 requests differ from baseline") for n in notes)
     assert all(t.acceptance_length == 4.0 for t in stored.trials if stored.arms[t.arm_id].mode == "eagle3")
-    unrelated = report["modes"]["eagle3-unrelated"]["notes"]
-    assert any(n.startswith("base: the draft is never accepted (acceptance length 1.00): check the draft model")
-               for n in unrelated), unrelated
     assert no_engine_left(stored)
 
 

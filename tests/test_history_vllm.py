@@ -1,17 +1,17 @@
 """Was the good number real, on the real CPU test engine (issue 26): the session compare's
 stored run (``slow-spec`` against ``main``, tests/conftest.py) is the past; then an engine
 environment variable that the test engine's plugin reads (``SPECPERF_TESTEXT_STEP_SLOWDOWN``:
-every decode step busy-waits 60% longer, in every commit; scripts/make_engine_repo.py) is set in
+every decode step busy-waits as long again, in every commit; scripts/make_engine_repo.py) is set in
 the config, and ``specperf compare slow-spec --base main --modes baseline`` runs again.
 
 In baseline mode ``slow-spec`` runs the same code as ``main`` (its change is on the speculative
 path only), so this is the issue's ``compare noop --base base``: an A/A between the arms, with
 both arms' commits measured before by the session compare. The report must say both arms are
-about -40% below that stored run, the changed variable named first, and never that the drop
+about -60% below that stored run, the changed variable named first, and never that the drop
 is between the commits.
 
-Four paired launches in the embedded default's concurrent pairing (``--max-trials 4``: about
-4 minutes; each pair starts two engines on CPU 1). The verdict between the arms is NO CHANGE
+Three paired launches in the embedded default's concurrent pairing (``--max-trials 3``: about
+5 minutes; each pair starts two engines on CPU 1). The verdict between the arms is NO CHANGE
 or INCONCLUSIVE: in this tier the benchmark client's CPU 0 is shared with the rest of the suite
 by design, which moved pair changes by 4.5% (sd) in the run of 2026-12-05 (INCONCLUSIVE +2.4%
 after 6 pairs at the 5% margin); the quiet machine's A/A is bench/DEMO_RESULTS.md's (NO CHANGE
@@ -28,17 +28,21 @@ from importlib import resources
 import pytest
 
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE
-from tests.conftest import free_port, specperf_in_process
+from tests.conftest import free_port, record_verdict, specperf_in_process
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
 VARIABLE = "SPECPERF_TESTEXT_STEP_SLOWDOWN"
-# Each decode step 60% longer. At 0.3 the check read "unsettled" once in four suite runs (2026-12-05
-# 05:56: base -17.8% (-30.2 .. -1.7)): the past's four sequential launches spread 232-336 tok/s
-# beside the rest tier, today's 200-251, so Mann-Whitney's 4 against 4 had no clean split. At 1.0
-# it read -61.9% (-67.3 .. -54.1), 271.7 -> 101.4 tok/s, but its 20 s windows cost the test 100 s
-# more (375 s) and put the suite at 1,427 s, near the 25-minute line; 0.6 lies between.
-SLOWDOWN = "0.6"
+# Each decode step twice as long (-50% tok/s in decode, about -62% measured). At 0.3 the check
+# read "unsettled" once in four suite runs (2026-12-05 05:56: base -17.8% (-30.2 .. -1.7)); at
+# 0.6 (about -40%) once in CI (2026-12-06 20:15, head unsettled): the past is the session
+# compare's four sequential launches beside the rest tier, whose level moved between 263 and 361
+# tok/s (sd of log tok/s up to 0.13), and "below" must clear both runs' spread and the drift
+# allowed between runs (core/_history/check.py), about +-0.5 in log at 4 against 3 launches.
+# At 1.0 it read -61.9% (-67.3 .. -54.1), a log change of -0.97: about 2x that. Three pairs, not
+# four, keep the test's time where 0.6 at four had it (the slower decode makes each window longer).
+SLOWDOWN = "1.0"
+PAIRS = 3
 
 
 def _config(text: str, port: int) -> str:
@@ -55,7 +59,7 @@ def _config(text: str, port: int) -> str:
 
 
 def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(slow_spec_compare, testenv,
-                                                                                 tmp_path):
+                                                                                 tmp_path, record_property):
     past = slow_spec_compare.stored.run
     assert past.head_ref == "slow-spec" and "baseline" in past.modes
     db = tmp_path / "db.sqlite"
@@ -66,7 +70,7 @@ def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(sl
     env = {**os.environ, "SPECPERF_TESTENV": str(testenv), "SPECPERF_HOME": str(tmp_path / "home")}
 
     done = specperf_in_process(["--config", str(config), "compare", "slow-spec", "--base", "main", "--modes",
-                                "baseline", "--max-trials", "4", "--db", f"sqlite:///{db}",
+                                "baseline", "--min-trials", str(PAIRS), "--max-trials", str(PAIRS), "--db", f"sqlite:///{db}",
                                 "--json", str(tmp_path / "report.json")], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((tmp_path / "report.json").read_text())
@@ -78,12 +82,13 @@ def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(sl
     assert set(checks) == {"base", "head"}, report["history"]
     for role, sha in (("base", past.base_sha), ("head", past.head_sha)):
         check = checks[role]
+        record_verdict(record_property, role, check)
         assert check["run_id"] == past.id and check["sha"] == sha and check["outcome"] == "below", check
         # at 0.3 it measured -17.6 .. -39.7% in four suite runs on 2026-12-05, at 1.0 -61.9%: the past
         # is the session compare's 4 sequential launches, whose level moved between 263 and 361 tok/s
         # (the quiet machine: 355-365 in both pairings), and today's client shares CPU 0 with the rest
         # tier. "below" (beyond both runs' spread) is the finding; this bound only rules out nonsense.
-        assert -75.0 < check["change_pct"] < -20.0, check
+        assert -85.0 < check["change_pct"] < -35.0, check
         assert check["changes"][0] == f"env {VARIABLE} (unset) -> {SLOWDOWN}", check["changes"]
     first = report["headline"].splitlines()[0]
     assert first.startswith("baseline: both arms are about -"), first

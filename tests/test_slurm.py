@@ -36,7 +36,7 @@ from core._experiments.compare import CompareRequest
 from core._experiments.stats import NO_CHANGE, REGRESSION
 from core._hosts import LocalHost, SlurmHost, SlurmJob, SshHost, open_host
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for, write_config
-from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, stopped_at_end
+from tests.conftest import ROOT, SPECPERF, first_trial_pgid, group_members, record_verdict, stopped_at_end
 from tests.fake_engine_repo import linear_history, make_repo
 
 
@@ -281,7 +281,7 @@ def job_times(cluster, job_id: str) -> tuple[dt.datetime, dt.datetime, str]:
 
 
 async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the_culprit(slurm_cluster, tmp_path,
-                                                                                          unused_tcp_port):
+                                                                                          unused_tcp_port, record_property):
     """``specperf bisect`` on a planted 5-commit history (c4 slows decoding, c2 never starts)
     with three compares a round: round 2 probes c2, c3 and c4 side by side as three Slurm jobs
     on three nodes (their run times overlap, per Slurm), skips c2, and the final compare
@@ -309,6 +309,10 @@ async def test_a_bisect_probes_each_round_as_concurrent_slurm_jobs_and_finds_the
     steps = stored["steps"]
     assert [s["number"] for s in steps] == list(range(1, len(steps) + 1)) == [s["number"] for s in report["steps"]]
     by_round = {r: [s for s in steps if s["round"] == r] for r in range(1, 4)}
+    for step in steps:  # the last compare of c3 (no change) and of c4 (the planted -23%)
+        name = {shas["c3"]: "c3", shas["c4"]: "c4"}.get(step["head_sha"])
+        if name and step.get("round") == 2:
+            record_verdict(record_property, name, step)
     # (a round also holds the INCONCLUSIVE retries of its compares, each after its first try)
     assert [{s["head_sha"] for s in by_round[r]} for r in range(1, 4)] == [
         {shas["c5"]}, {shas["c2"], shas["c3"], shas["c4"]}, {shas["c4"]}]
