@@ -128,15 +128,30 @@ def exact_server() -> Iterator:
         server.close()
 
 
-def record_verdict(record_property, name: str, verdict) -> None:
+def record_verdict(record_property, name: str, verdict, result=None, mode: str | None = None) -> None:
     """Records a verdict's figures on the running test (pytest's ``record_property``: JUnit XML
-    properties ``NAME_change_pct``, ``NAME_ci_low_pct``, ``NAME_ci_high_pct``), which
-    ``scripts/test --repeat`` gathers over repeats as the spread that test saw (issue 41).
-    ``verdict``: a core Verdict, or its dict form (a JSON report's mode verdict or history check)."""
+    properties ``NAME_change_pct``, ``NAME_ci_low_pct``, ``NAME_ci_high_pct`` and, given the
+    compare's ``result`` (core.CompareResult) and ``mode``, ``NAME_pair_sd_pct``: the sd of the
+    pairs' log tok/s changes, as a percentage, in pair order over every measured pair), which
+    ``scripts/test`` writes to its JUnit files and ``scripts/test --repeat`` gathers over repeats:
+    the spread that test saw (issue 41; CONTRIBUTING.md's margin table).
+    ``verdict``: a core Verdict, or its dict form (a JSON report's mode verdict, a history check)."""
+    import math
+
+    import numpy as np
+
+    from core._experiments.stats import pair_log_ratios
+
     get = verdict.get if isinstance(verdict, dict) else lambda key: getattr(verdict, key, None)
     for key in ("change_pct", "ci_low_pct", "ci_high_pct"):
         if get(key) is not None:
             record_property(f"{name}_{key}", round(float(get(key)), 2))
+    if result is not None and mode in result.trials:
+        base, head = ([t.sample.output_tok_s for t in result.trials[mode][role]] for role in ("base", "head"))
+        n = min(len(base), len(head))
+        if n >= 2:
+            sd = float(np.std(pair_log_ratios(base[:n], head[:n]), ddof=1))
+            record_property(f"{name}_pair_sd_pct", round(100 * math.expm1(sd), 2))
 
 
 def group_members(pgid: int, log_path: str | None = None) -> list[psutil.Process]:

@@ -269,7 +269,9 @@ async def test_the_ack_goes_out_before_any_slow_io(make_bot, emulator, monkeypat
     emulator.script("chat.postMessage", 429)  # and Slack itself is pushing back
     response, seconds = await post_command(bot.port, form("compare slow --modes baseline --rounds 1",
                                                           response_url=emulator.response_url()))
-    assert response.status_code == 200 and seconds < 1.0, seconds
+    # an ack that waited for a slow step takes 2 s or more; acks under load: p99 207 ms (bench/ACK_RESULTS.md),
+    # so 1.5 s is 7x the slowest seen and still below the wrong answer (issue 41)
+    assert response.status_code == 200 and seconds < 1.5, seconds
     job = await wait_for(lambda: _jobs(bot.db), 20, what="the job, queued after the slow git")
     assert len(job[0].args["head_sha"]) == 40
     await wait_for(lambda: storage.list_commands(bot.db), 20, what="the slow audit row")

@@ -26,13 +26,14 @@ from bot._runs import stored_report
 from bot._slack.app import SlackBot
 from core._experiments.stats import REGRESSION
 from tests.bot_support import check_verdict_thread, form, post_command, wait_for
+from tests.conftest import record_verdict
 from tests.slack_emulator import SIGNING_SECRET
 
 pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(900)]
 
 
 async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, sshd, emulator, tmp_path,
-                                                                      unused_tcp_port, monkeypatch):
+                                                                      unused_tcp_port, monkeypatch, record_property):
     monkeypatch.setenv("SPECPERF_TESTENV", str(testenv))
     monkeypatch.setenv("SPECPERF_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
@@ -66,6 +67,7 @@ async def test_slack_compare_on_the_vllm_engine_through_the_ssh_host(testenv, ss
     finally:
         await bot.stop()
     (verdict,) = stored.verdicts
+    record_verdict(record_property, "eagle3", verdict)
     assert verdict.verdict == REGRESSION and verdict.attribution == "acceptance length", verdict
     by_role = {role: [t for t in stored.trials if stored.arms[t.arm_id].role == role] for role in ("base", "head")}
     assert all(t.acceptance_length == pytest.approx(4.0) for t in by_role["base"])

@@ -146,7 +146,7 @@ async def test_concurrent_pairing_runs_both_arms_at_once_and_measures_them_in_tu
     result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
     assert result.status == "done", result.reason
     verdict = result.verdicts["baseline"]
-    record_verdict(record_property, "baseline", verdict)
+    record_verdict(record_property, "baseline", verdict, result, "baseline")
     assert verdict.verdict == REGRESSION and -28.0 < verdict.change_pct < -18.0, verdict  # ITL x1.3: -23.1%
     assert verdict.n_pairs == 4
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)

@@ -34,8 +34,8 @@ def test_speculative_only_slowdown_moves_eagle3_and_leaves_baseline(slow_spec_co
     assert result.status == "done", result.reason
     assert result.imported["head"]["from_worktree"]
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
-    record_verdict(record_property, "baseline", baseline)
-    record_verdict(record_property, "eagle3", eagle3)
+    record_verdict(record_property, "baseline", baseline, result, "baseline")
+    record_verdict(record_property, "eagle3", eagle3, result, "eagle3")
     # baseline is left as it was: no verdict of a change. NO CHANGE needs the whole interval
     # inside the 5% margin, which launch-to-launch spread on a shared 2-vCPU VM (undisturbed
     # launches of one arm 221-389 tok/s on 2026-12-02) denies within 4 pairs: INCONCLUSIVE is then

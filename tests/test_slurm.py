@@ -88,7 +88,7 @@ def check_slurm_run(stored: storage.StoredRun, cluster, shared: Path, launches: 
 
 
 async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one_slurm_job(
-        slurm_cluster, tmp_path, emulator, unused_tcp_port, monkeypatch):
+        slurm_cluster, tmp_path, emulator, unused_tcp_port, monkeypatch, record_property):
     """The CLI's compare (4 ABBA pairs, to a REGRESSION) and the bot's (1 pair) run side by side,
     each a Slurm job on a node of its own; job id and node are in the terminal report, the
     JSON report and the Slack verdict. Beside them, two jobs that fail: a compare whose engine
@@ -136,6 +136,7 @@ async def test_a_compare_through_the_cli_and_one_through_the_bot_each_run_as_one
     assert "PENDING" in out or "RUNNING" in out  # Slurm's state was relayed while it ran
     stored = storage.load_run(storage.open_database(f"sqlite:///{cli}/db.sqlite"), 1)
     slurm = check_slurm_run(stored, slurm_cluster, cli / "shared", launches=8)
+    record_verdict(record_property, "baseline", stored.verdicts[0])
     assert [v.verdict for v in stored.verdicts] == ["REGRESSION"]
     assert f"Slurm job {slurm['job_id']} on {slurm['node']}: COMPLETED" in out
     assert json.loads((cli / "report.json").read_text())["slurm"]["job_id"] == slurm["job_id"]
