@@ -409,7 +409,6 @@ class PostgresServer:
     def __init__(self) -> None:
         import glob
         import shutil
-        import socket
         import tempfile
 
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
@@ -420,9 +419,7 @@ class PostgresServer:
         self.data = Path(tempfile.mkdtemp(prefix="specperf-pg-"))
         if os.geteuid() == 0:
             shutil.chown(self.data, "postgres", "postgres")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = free_port()  # below the ephemeral range (free_port's docstring)
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "specperf")
         self.start()
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "specperf", "specperf_test")

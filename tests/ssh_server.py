@@ -50,9 +50,9 @@ class SshServer:
         host_pub = _keygen(self.dir / "host_key")
         client_pub = _keygen(self.dir / "client_key")
         (self.dir / "authorized_keys").write_text(client_pub + "\n")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        from tests.conftest import free_port
+
+        self.port = free_port()  # below the ephemeral range (free_port's docstring)
         self.address, self.netns, wrap = "127.0.0.1", None, []
         if netns:
             self._make_netns()

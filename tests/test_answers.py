@@ -20,7 +20,7 @@ import pytest
 
 import storage
 from core._history.summary import build_summary
-from tests.conftest import ROOT, free_port, specperf_in_process
+from tests.conftest import ROOT, free_port, record_verdict, specperf_in_process
 from tests.fake_engine_repo import make_repo
 
 # Matches exactly the 12 prompts of the built-in set's code category (checked below).
@@ -75,13 +75,15 @@ def test_the_code_pattern_picks_exactly_the_code_category():
 
 
 @pytest.mark.e2e
-def test_a_slowdown_of_one_category_is_named_as_that_category_only(answered):
+def test_a_slowdown_of_one_category_is_named_as_that_category_only(answered, record_property):
     root, reports = answered
     report, stdout = reports["code-slow"]
     entry = report["modes"]["baseline"]
     categories = entry["verdict"]["categories"]
     assert categories["family"] == 6 and categories["alpha"] == pytest.approx(0.05 / 6)
     verdicts = {name: c["verdict"]["verdict"] for name, c in categories["categories"].items()}
+    for name, category in categories["categories"].items():
+        record_verdict(record_property, name, category["verdict"])
     assert verdicts["code"] == "REGRESSION", categories
     assert all(v in ("NO CHANGE", "INCONCLUSIVE") for name, v in verdicts.items() if name != "code"), verdicts
     assert -60.0 < categories["categories"]["code"]["verdict"]["change_pct"] < -35.0  # 2x ITL on code: about -50%

@@ -70,20 +70,26 @@ async def run(request: CompareRequest, db_url: str) -> tuple[core.CompareResult,
 
 @pytest.mark.e2e
 @pytest.mark.alone
-async def test_aa_gives_no_change_every_time(repo, tmp_path, unused_tcp_port):
-    """A commit against itself, three times, both modes: NO CHANGE within a 5% margin each time.
-    Not 2%: on a loaded 2-core machine an A/A mode read -1.3% (95% interval -2.0% to -0.3%)
-    after 8 pairs (2026-12-01, load 8), which is INCONCLUSIVE at 2% and honestly so. Alone (its
-    launches measure about a second each): with three test workers on one CPU, an A/A mode read
-    -2.0% (-6.7% to +0.1%), INCONCLUSIVE at 5% (2026-12-02)."""
+async def test_aa_never_reads_as_a_change(repo, tmp_path, unused_tcp_port, record_property):
+    """A commit against itself, three times, both modes, within a 5% margin: never REGRESSION or
+    IMPROVEMENT (what the statistics promise of an A/A: no false change), and NO CHANGE reached
+    at least once (the margin is reachable here; issue 41: an A/A asserts no particular verdict
+    each time). Not 2%: on a loaded 2-core machine an A/A mode read -1.3% (95% interval -2.0% to
+    -0.3%) after 8 pairs (2026-12-01, load 8), which is INCONCLUSIVE at 2% and honestly so. Alone
+    (its launches measure about a second each): with three test workers on one CPU, an A/A mode
+    read -2.0% (-6.7% to +0.1%), INCONCLUSIVE at 5% (2026-12-02)."""
     path, shas = repo
+    seen = []
     for attempt in range(3):
         request = request_for(path, unused_tcp_port, "base", "base", tmp_path / "work")
         request.settings = SETTINGS.model_copy(update={"margin_pct": 5.0})
         result, _ = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
         assert result.status == "done"
         for mode, verdict in result.verdicts.items():
-            assert verdict.verdict == NO_CHANGE, (attempt, mode, verdict)
+            record_verdict(record_property, f"{mode}{attempt + 1}", verdict, result, mode)
+            assert verdict.verdict in (NO_CHANGE, INCONCLUSIVE), (attempt, mode, verdict)
+            seen.append(verdict.verdict)
+    assert NO_CHANGE in seen, seen
 
 
 @pytest.fixture(scope="module")
@@ -561,7 +567,7 @@ async def test_a_host_that_favours_a_place_in_the_round_is_not_read_as_the_commi
     result, run_id = await run(request, f"sqlite:///{tmp_path}/db.sqlite")
     assert result.status == "done", result.reason
     verdict = result.verdicts["baseline"]
-    assert verdict.verdict == NO_CHANGE, verdict
+    assert verdict.verdict in (NO_CHANGE, INCONCLUSIVE), verdict  # an A/A: no change claimed (issue 41)
     assert abs(verdict.change_pct) < 1.5, verdict
     assert verdict.position is not None and verdict.position.significant(0.05), verdict
     assert verdict.position.favour_pct == pytest.approx(100 * faster, abs=1.5), verdict.position
@@ -570,7 +576,7 @@ async def test_a_host_that_favours_a_place_in_the_round_is_not_read_as_the_commi
     assert openers[:2] == [shas["good"], shas["c1"]]  # ABBA, then BAAB
     stored = storage.load_run(storage.open_database(f"sqlite:///{tmp_path}/db.sqlite"), run_id)
     report, _ = stored_report(stored, recompute=True)
-    assert report["modes"]["baseline"]["verdict"]["verdict"] == NO_CHANGE
+    assert report["modes"]["baseline"]["verdict"]["verdict"] == verdict.verdict
     assert stored.verdicts[0].to_verdict().position == verdict.position  # stored and read back
 
 

@@ -36,7 +36,7 @@ from bot._slack.client import web_client
 from bot._slack.notifier import SlackNotifier
 from core._experiments.compare import CompareRequest, compare, resolve_refs
 from tests.bot_support import wait_for, write_config
-from tests.conftest import ROOT, SPECPERF, local_host
+from tests.conftest import ROOT, SPECPERF, free_port, local_host
 from tests.fake_engine_repo import _git, fake_engine, linear_history, make_repo
 from tests.slack_emulator import SlackEmulator
 
@@ -297,9 +297,7 @@ def history(tmp_path_factory):
 
     async def measure():
         db = storage.open_database(f"sqlite:///{db_file}")
-        with __import__("socket").socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         for base, head in itertools.pairwise([tag for tag, _, _ in commits]):
             request = CompareRequest(
                 engine_name="fake", engine=fake_engine(tmp / "repo", port, ROOT), workload_name="default",
