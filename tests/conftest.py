@@ -132,7 +132,7 @@ def record_verdict(record_property, name: str, verdict, result=None, mode: str |
     """Records a verdict's figures on the running test (pytest's ``record_property``: JUnit XML
     properties ``NAME_change_pct``, ``NAME_ci_low_pct``, ``NAME_ci_high_pct`` and, given the
     compare's ``result`` (core.CompareResult) and ``mode``, ``NAME_pair_sd_pct``: the sd of the
-    pairs' log tok/s changes, as a percentage, in pair order over every measured pair), which
+    pairs' log tok/s changes, as a percentage, over the pairs the verdict kept), which
     ``scripts/test`` writes to its JUnit files and ``scripts/test --repeat`` gathers over repeats:
     the spread that test saw (issue 41; CONTRIBUTING.md's margin table).
     ``verdict``: a core Verdict, or its dict form (a JSON report's mode verdict, a history check)."""
@@ -147,7 +147,9 @@ def record_verdict(record_property, name: str, verdict, result=None, mode: str |
         if get(key) is not None:
             record_property(f"{name}_{key}", round(float(get(key)), 2))
     if result is not None and mode in result.trials:
-        base, head = ([t.sample.output_tok_s for t in result.trials[mode][role]] for role in ("base", "head"))
+        left_out = set(result.left_out.get(mode, ()))  # pairs judged disturbed and measured again
+        base, head = ([t.sample.output_tok_s for i, t in enumerate(result.trials[mode][role]) if i not in left_out]
+                      for role in ("base", "head"))
         n = min(len(base), len(head))
         if n >= 2:
             sd = float(np.std(pair_log_ratios(base[:n], head[:n]), ddof=1))

@@ -41,10 +41,15 @@ def test_recheck_says_reproducible_then_differs_naming_the_engine_argument(repo,
 
     specperf("compare", "noop", "--base", "base")
     same = specperf("recheck", "1", "--json", str(tmp_path / "same.json"))
-    assert "recheck of run 1: reproducible: its figures hold today" in same.stdout
+    # nothing changed: an A/A of the run against itself, which may read "unsettled" on a loaded
+    # machine (CI, 2026-12-06: 6 launches of 64 tokens beside the rest tier), never "differs"
+    # (issue 41: an A/A asserts no false change, not a particular verdict)
     report = json.loads((tmp_path / "same.json").read_text())
-    assert report["recheck"]["verdict"] == "reproducible" and report["recheck"]["of_run"] == 1
-    assert [c["outcome"] for c in report["recheck"]["checks"]] == ["consistent", "consistent"]
+    verdict = report["recheck"]["verdict"]
+    assert verdict in ("reproducible", "unsettled") and report["recheck"]["of_run"] == 1, report["recheck"]["lines"]
+    assert {c["outcome"] for c in report["recheck"]["checks"]} <= {"consistent", "unsettled"}
+    assert len(report["recheck"]["checks"]) == 2
+    assert f"recheck of run 1: {verdict}: " in same.stdout
     assert report["settings"]["min_trials"] == report["settings"]["max_trials"] == 4
 
     _config(config, path, unused_tcp_port, args='["--itl-scale", "1.5"]')
@@ -82,3 +87,25 @@ def test_recheck_refuses_what_it_cannot_recheck(tmp_path):
     assert done.returncode == 2 and "no such run: 7" in done.stderr and done.stderr.count("\n") == 1, done.stderr
     bad = specperf_in_process(["--config", config, "recheck", "x"], cwd=tmp_path)
     assert bad.returncode == 2 and "'x' is not a run id" in bad.stderr
+
+
+@pytest.mark.parametrize(("outcomes", "verdict"), [
+    (["consistent", "consistent"], "reproducible"), (["consistent", "unsettled"], "unsettled"),
+    (["consistent", "below"], "differs"), (["not comparable", "consistent"], "not comparable"), ([], "not comparable")])
+def test_a_recheck_is_reproducible_only_when_every_arm_is_consistent(monkeypatch, outcomes, verdict):
+    """The recheck's word from its arms' checks (bot/_runs.py recheck_report): the real-process
+    test above may read an unchanged run "unsettled" on a loaded machine, so "reproducible" is
+    held here on given checks."""
+    import datetime as dt
+
+    from bot import _runs
+    from core._history.check import HistoryCheck
+
+    checks = [HistoryCheck("baseline", role, "a" * 40, outcome, 1, dt.datetime(2026, 12, 6, tzinfo=dt.UTC),
+                           "NO CHANGE: within the margin", then_tok_s=100.0, now_tok_s=101.0, change_pct=1.0,
+                           ci_low_pct=-2.0, ci_high_pct=4.0)
+              for role, outcome in zip(("base", "head"), outcomes, strict=False)]
+    monkeypatch.setattr(_runs, "history_checks", lambda db, stored, against: checks)
+    report = _runs.recheck_report(None, None, 1)
+    assert report["verdict"] == verdict and report["lines"][0].startswith(f"recheck of run 1: {verdict}")
+    assert len(report["lines"]) == 1 + len(checks)
