@@ -347,11 +347,17 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     ctx = ScheduleContext(config, db, JobQueue(config, db, notifier), notifier)
 
     summary = await summary_tick(ctx)
-    # (the history is measured live, beside the whole suite: its newest commit may test as moved
-    # against its first, s0 and s3 being launched minutes apart under other load, and the
-    # headline then starts "1 short series moved, ..." as it should; seen once, 2026-12-04)
-    assert re.match(r"(1 short series moved, )?1 environment change in the last 7 days \(4 commits measured, "
-                    r"1 series\)", summary.headline), summary.headline
+    # (the history is measured live, beside the whole suite, at 2 launches of 3 requests a commit:
+    # its newest commit may test as moved against its first, s0 and s3 being launched minutes
+    # apart under other load, and the headline then starts "1 short series moved, ..." as it
+    # should (seen once, 2026-12-04); and a commit measured in two runs (as one compare's head and
+    # the next one's base) may read otherwise in the second, "1 commit measured otherwise with no
+    # code change" (CI, 2026-12-06 22:44, beside the engine tier). Both are the load's, said as
+    # such; the planted environment change must be there whatever the load did.)
+    found = re.match(r"(1 short series moved, )?(1 commit measured otherwise with no code change, )?"
+                     r"1 environment change in the last 7 days \(4 commits measured, 1 series\)", summary.headline)
+    assert found, summary.headline
+    loads = bool(found.group(1) or found.group(2))  # findings of the load the history was measured under
     (post,) = emulator.recorded("chat.postMessage")
     assert post.body["channel"] == "C_SUMMARY" and "thread_ts" not in post.body
     assert post.body["blocks"][0]["text"]["text"] == "specperf weekly regression summary"
@@ -377,6 +383,9 @@ async def test_the_scheduled_summary_posts_the_stored_numbers_and_the_chart(hist
     (tmp_path / "quiet").mkdir()
     quiet_db = storage.open_database(f"sqlite:///{_copy(db_file, tmp_path / 'quiet')}")
     quiet = await summary_tick(ScheduleContext(config, quiet_db, ctx.queue, notifier))
+    if loads:  # the same numbers keep the load's findings: what must go is the environment change
+        assert not quiet.quiet and "environment change" not in quiet.headline, quiet.headline
+        return
     assert quiet.quiet
     (post,) = emulator.recorded("chat.postMessage")
     assert post.body["text"] == ("Quiet: 4 commits measured in the last 7 days across 1 series; no stored "
