@@ -24,6 +24,17 @@ Branches, each one commit on top of ``main`` (the base):
   greedy rejection sampler is made to accept every proposed token (the target's logit of each
   draft token set to +inf before its argmax): acceptance stays at its maximum while the answers
   become the draft's, a speculative path that is wrong, not slower. Baseline never runs it.
+* ``code-draft``: the draft misses from position 1 on for requests whose prompt is code (it names
+  a programming language, :data:`CATEGORY_RULES`), so their acceptance length falls to 1, while
+  every other prompt's stays as on ``main``: a regression of one category only.
+
+Acceptance depends on the prompt in every commit, as a real draft head's does (published
+measurements: about 0.5 per-token acceptance on prose, 0.9 on code, for one head). The plugin
+reads each request's prompt (its token ids, decoded with the model's tokenizer once per
+request), names its category by :data:`CATEGORY_RULES`, and shifts that request's draft
+proposals from the position :data:`DRAFT_MISSES` gives its category: on ``main`` translation
+prompts miss from position 2 (acceptance length 2 of 4 with three speculative tokens), every
+other prompt none (4 of 4). Random words name no category and are never shifted.
 
 Every commit also reads the environment variable ``SPECPERF_TESTEXT_STEP_SLOWDOWN`` (a
 fraction, default 0) in each engine process and adds it to ``STEP_SLOWDOWN``: a change the
@@ -42,8 +53,16 @@ from pathlib import Path
 PLUGIN = '''"""specperf's test engine extension (a vLLM general plugin)."""
 
 import os
+import re
 import time
 
+# a prompt's category, as the test draft "knows" it: the first rule whose pattern the prompt matches
+CATEGORY_RULES = [
+    ("code", re.compile(r"\\b(Python|SQL|Bash|JavaScript|Rust|Java|Go|C|regular expression)\\b")),
+    ("translation", re.compile(r"\\bTranslate\\b", re.IGNORECASE)),
+]
+# category -> the first draft position (1-based) whose proposals this commit's draft gets wrong
+DRAFT_MISSES = {misses}
 STEP_SLOWDOWN = {step}
 SPEC_MATMUL_N = {spec}
 BREAK_DRAFT = {broken}
@@ -86,6 +105,42 @@ def _shifted(method):
     return wrapper
 
 
+def _category(runner, req_id):
+    """The category of request ``req_id`` by CATEGORY_RULES (None: none), once per request."""
+    cache = runner.__dict__.setdefault("_specperf_categories", dict())
+    if req_id not in cache:
+        tokenizer = runner.__dict__.get("_specperf_tokenizer")
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+            tokenizer = runner._specperf_tokenizer = AutoTokenizer.from_pretrained(runner.model_config.tokenizer)
+        state = runner.requests.get(req_id)
+        text = tokenizer.decode(state.prompt_token_ids or []) if state is not None else ""
+        cache[req_id] = next((name for name, pattern in CATEGORY_RULES if pattern.search(text)), None)
+    return cache[req_id]
+
+
+def _missing_by_category(method):
+    def wrapper(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        rows = []
+        for row, req_id in enumerate(self.input_batch.req_ids):
+            first = DRAFT_MISSES.get(_category(self, req_id))
+            if first:
+                rows.append((row, first - 1))
+        if not rows:
+            return out
+        if isinstance(out, list):
+            out = [list(r) for r in out]
+            for row, start in rows:
+                out[row][start:] = [token + 1 for token in out[row][start:]]
+            return out
+        out = out.clone()
+        for row, start in rows:
+            out[row, start:] += 1
+        return out
+    return wrapper
+
+
 def _accepting_every_draft(rejection_sample):
     import math
 
@@ -116,6 +171,8 @@ def install():
         runner.sample_tokens = _slower(runner.sample_tokens, step)
     if SPEC_MATMUL_N:
         runner.propose_draft_token_ids = _with_matmul(runner.propose_draft_token_ids, SPEC_MATMUL_N)
+    if DRAFT_MISSES:
+        runner.propose_draft_token_ids = _missing_by_category(runner.propose_draft_token_ids)
     if BREAK_DRAFT:
         runner.propose_draft_token_ids = _shifted(runner.propose_draft_token_ids)
     if ACCEPT_ANY_DRAFT:
@@ -123,7 +180,7 @@ def install():
         rejection_sampler.rejection_sample = _accepting_every_draft(rejection_sampler.rejection_sample)
 '''
 
-BASE = dict(step=0.0, spec=0, broken=False, wrong=False, fail=False, comment="")
+BASE = dict(step=0.0, spec=0, broken=False, wrong=False, fail=False, comment="", misses={"translation": 2})
 BRANCHES = {
     "noop": ("docs: explain the extension's knobs", dict(comment="# Knobs above: each test branch turns one on.")),
     "slow-step": ("model runner: 15% slower every decode step", dict(step=0.15)),
@@ -132,6 +189,7 @@ BRANCHES = {
     "fails-to-start": ("plugin: raise at load", dict(fail=True)),
     "wrong-draft": ("spec decode: accept every draft token (wrong answers at full speed)",
                     dict(broken=True, wrong=True)),
+    "code-draft": ("spec decode: the draft misses on code prompts", dict(misses={"translation": 2, "code": 1})),
 }
 
 

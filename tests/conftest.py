@@ -315,9 +315,10 @@ class Hog(core.CompareObserver):
 
 def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
                  observer: core.CompareObserver | None = None, port: int | None = None, pinned: bool = True,
-                 **settings):
+                 workload: str = "default", workload_update: dict | None = None, **settings):
     """One compare of the planted branch ``head`` against its parent on the real CPU test engine
-    (local host, cool-down 1 s, ``settings`` over the default [compare]), served on ``port``
+    (local host, cool-down 1 s, ``settings`` over the default [compare]; the embedded config's
+    ``workload`` with ``workload_update`` over it), served on ``port``
     (default: a free one), stored in SQLite under ``workdir``, ``observer`` told every step after
     the store. ``pinned=False`` drops the engine's ``cpus`` (it runs where this process may: for
     tests that need no quiet CPU, which scripts/test runs off the engine's CPU). Returns
@@ -334,7 +335,8 @@ def vllm_compare(testenv: Path, workdir: Path, head: str, modes: list[str],
     request = CompareRequest(
         engine_name="tiny-vllm", engine=config.engine("tiny-vllm").model_copy(
             update={"port": port or free_port(), **({} if pinned else {"cpus": None})}),
-        workload_name="default", workload=config.workload("default"), head_ref=head, base_ref=None, modes=modes,
+        workload_name=workload, workload=config.workload(workload).model_copy(update=workload_update or {}),
+        head_ref=head, base_ref=None, modes=modes,
         settings=config.compare.model_copy(update={"cooldown_s": 1, "disturbance": disturbance, **settings}),
         host=local_host(workdir / "work"), profile_dir=str(workdir / "profiles"),
     )

@@ -51,8 +51,11 @@ VLLM_CHAT_EVENTS = [
     b'"logprobs":null,"finish_reason":null}]}',
     b'{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" b"},'
     b'"logprobs":null,"finish_reason":"length","stop_reason":null}]}',
+    # vLLM 0.32 with --per-request-spec-decode-metrics summary (the shape recorded from the CPU test engine)
     b'{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":4,"total_tokens":6,'
-    b'"completion_tokens":2}}',
+    b'"completion_tokens":2},"metrics":{"speculative_decoding":{"mean_acceptance_length":2.0,'
+    b'"draft_acceptance_rate":0.333,"acceptance_histogram":[1,0,1,0],"num_spec_steps":2,'
+    b'"num_accepted_draft_tokens":2,"num_draft_tokens":6,"num_spec_tokens":3}}}',
 ]
 
 
@@ -74,6 +77,8 @@ def test_stream_parser_reads_engine_events(api, events, texts, tokens):
     assert record.finish_reason == "length"
     assert record.invalid_reason is None
     assert record.spec_verify_ct == (2 if api == "completions" else None)
+    # vLLM's per-request figures: 2 verify steps, one accepting 0 drafts and one 2 (positions 1 and 2)
+    assert (record.spec_steps, record.spec_accepted_per_position) == ((2, [1, 1, 0]) if api == "chat" else (None, None))
 
 
 def test_a_read_of_plain_text_events_counts_each_event():

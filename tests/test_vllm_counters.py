@@ -3,6 +3,8 @@ item 4), and the verdict naming the missing counter when none fits. Fast tier: n
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core import CompareConfig
@@ -113,3 +115,40 @@ def test_requests_without_a_category_are_judged_as_uncategorised():
     assert {name: t.output_tok_s for name, t in split_by_category(trial).items()} == \
         {"code": 100.0, "uncategorised": 50.0}
     assert split_by_category(ArmTrial(1.0, requests=({"category": None, "output_tokens": 1, "e2e_ms": 1.0},))) == {}
+
+
+def test_a_categorys_acceptance_comes_from_its_requests_own_figures():
+    """vLLM's per-request figures (client: spec_steps, spec_accepted_per_position) give each
+    category its acceptance length and per-position shares; SGLang's spec_verify_ct its length."""
+    from core._experiments.categories import category_verdicts, split_by_category
+    from core._experiments.stats import decide
+
+    def request(category, steps, per_position, tokens=40):
+        return {"category": category, "output_tokens": tokens, "e2e_ms": 100.0, "spec_steps": steps,
+                "spec_accepted_per_position": per_position}
+
+    base = ArmTrial(100.0, 3.0, requests=(request("code", 10, [10, 10, 10]), request("code", 10, [10, 10, 10]),
+                                          request("translation", 20, [20, 0, 0])))
+    split = split_by_category(base)
+    assert split["code"].acceptance_length == pytest.approx(4.0)
+    assert split["code"].acceptance_per_position == pytest.approx((1.0, 1.0, 1.0))
+    assert split["translation"].acceptance_length == pytest.approx(2.0)
+    assert split["translation"].acceptance_per_position == pytest.approx((1.0, 0.0, 0.0))
+    sglang = ArmTrial(100.0, 3.0, requests=({"category": "a", "output_tokens": 30, "e2e_ms": 9.0, "spec_verify_ct": 10},
+                                            {"category": "b", "output_tokens": 10, "e2e_ms": 9.0}))
+    assert split_by_category(sglang)["a"].acceptance_length == pytest.approx(3.0)
+    assert split_by_category(sglang)["b"].acceptance_length is None  # no figure of its own
+
+    head = ArmTrial(100.0, 2.0, requests=(request("code", 40, [0, 0, 0]), request("code", 40, [0, 0, 0]),
+                                          request("translation", 20, [20, 0, 0])))
+    found = category_verdicts([base] * 4, [head] * 4, 0.05, lambda b, h, a: decide(b, h, margin_pct=3.0, alpha=a))
+    assert found["categories"]["code"]["head_per_position"] == [0.0, 0.0, 0.0]
+    assert found["line"].endswith("acceptance length per category (base -> commit): code 4.00 -> 1.00, "
+                                  "translation 2.00 -> 2.00")
+    unknown = ArmTrial(100.0, 3.0, requests=({"category": "a", "output_tokens": 10, "e2e_ms": 9.0},
+                                             {"category": "b", "output_tokens": 10, "e2e_ms": 9.0}))
+    line = category_verdicts([unknown] * 3, [unknown] * 3, 0.05, lambda b, h, a: decide(b, h, margin_pct=3.0, alpha=a))["line"]
+    assert "acceptance per category not known" in line and "--per-request-spec-decode-metrics summary" in line
+    plain = dataclasses.replace(unknown, acceptance_length=None)  # baseline: no speculation, nothing to say
+    assert "acceptance" not in category_verdicts([plain] * 3, [plain] * 3, 0.05,
+                                                 lambda b, h, a: decide(b, h, margin_pct=3.0, alpha=a))["line"]

@@ -188,7 +188,8 @@ def request_doc(record: RequestRecord) -> dict:
     """What is kept of one measured request, live and in storage (``Trial.requests``)."""
     return {"ttft_ms": record.ttft_ms, "e2e_ms": record.e2e_ms, "tpot_ms": record.tpot_ms,
             "output_tokens": record.output_tokens, "category": record.category, "text": record.text,
-            "finish_reason": record.finish_reason, "spec_verify_ct": record.spec_verify_ct}
+            "finish_reason": record.finish_reason, "spec_verify_ct": record.spec_verify_ct,
+            "spec_steps": record.spec_steps, "spec_accepted_per_position": record.spec_accepted_per_position}
 
 
 # Paths no engine reads: a commit that changes only these cannot change what is measured

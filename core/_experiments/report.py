@@ -16,7 +16,17 @@ from core._config import CompareConfig
 from core._env.disturbance import Disturbance, culprit_lines
 from core._experiments.calibrate import Plan, pair_spread_pct
 from core._experiments.outputs import degenerate_lines, lossless_lines
-from core._experiments.stats import INCONCLUSIVE, ArmTrial, Speedup, Verdict, median_or_none, speedup, speedup_change
+from core._experiments.stats import (
+    INCONCLUSIVE,
+    ArmTrial,
+    Speedup,
+    Verdict,
+    median_or_none,
+    median_per_position,
+    moved_position,
+    speedup,
+    speedup_change,
+)
 
 BASELINE = "baseline"
 
@@ -173,32 +183,21 @@ def _mean_output_tokens(arm: list[ArmTrial]) -> float | None:
     return sum(counts) / len(counts) if counts else None
 
 
-MOVED_POSITION = 0.05  # a draft position whose acceptance moved by less is not named
-
-
-def _per_position(arm: list[ArmTrial]) -> list[float] | None:
-    rows = [t.acceptance_per_position for t in arm if t.acceptance_per_position]
-    if not rows:
-        return None
-    return [statistics.median(row[k] for row in rows if len(row) > k) for k in range(max(len(r) for r in rows))]
-
-
 def position_line(arms: dict[str, list[ArmTrial]]) -> str | None:
     """Acceptance per draft position of both arms, naming the position that moved most (by at
-    least :data:`MOVED_POSITION`); what is missing when the engine does not count it; ``None``
+    least :data:`core._experiments.stats.MOVED_POSITION`); what is missing when the engine does not count it; ``None``
     without speculation."""
     if not any(t.acceptance_length is not None for arm in arms.values() for t in arm):
         return None
-    shares = {role: _per_position(arm) for role, arm in arms.items()}
+    shares = {role: median_per_position(arm) for role, arm in arms.items()}
     base, head = shares.get("base"), shares.get("head")
     if not base or not head:
         return ("acceptance per draft position not known: this engine exports no per-position counter "
                 "(vLLM's vllm:spec_decode_num_accepted_tokens_per_pos; SGLang has none)")
     line = (f"acceptance per draft position (share of drafts whose k-th token was accepted, k = 1..{len(base)}): "
             f"base {' '.join(f'{s:.2f}' for s in base)}, commit {' '.join(f'{s:.2f}' for s in head)}")
-    moves = [(abs(h - b), k, b, h) for k, (b, h) in enumerate(zip(base, head, strict=False), 1)]
-    size, k, b, h = max(moves, key=lambda m: (m[0], -m[1])) if moves else (0.0, 0, 0.0, 0.0)
-    return line + (f"; position {k} moved most: {b:.2f} -> {h:.2f}" if size >= MOVED_POSITION else "")
+    moved = moved_position(base, head)
+    return line + (f"; position {moved[0]} moved most: {moved[1]:.2f} -> {moved[2]:.2f}" if moved else "")
 
 
 def _answers(mode: str, verdict: Verdict | None, trials: dict[str, dict[str, list[ArmTrial]]]
@@ -272,7 +271,7 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "step_ms": median_or_none([t.step_ms for t in arm]),
                 "output_tok_s_all": [t.output_tok_s for t in arm],
                 "output_tokens_mean": _mean_output_tokens(arm),
-                "acceptance_per_position": _per_position(arm),
+                "acceptance_per_position": median_per_position(arm),
             }
             for role, arm in arms.items()
         })

@@ -79,7 +79,8 @@ class ArmTrial:
     time, whether this launch opened or closed its round of four (``False``: one of the two in
     the middle); ``None`` for two engines measured in turns (module docstring). ``requests``:
     the measured requests in prompt order, each ``{"category", "text", "output_tokens",
-    "e2e_ms", "spec_verify_ct"}`` as stored (core/_experiments/outputs.py reads them; ``text``
+    "e2e_ms", "spec_verify_ct", "spec_steps", "spec_accepted_per_position"}``
+    as stored (core/_experiments/outputs.py reads them; ``text``
     is absent from runs stored before outputs were kept). ``acceptance_per_position``: the
     share of drafts whose k-th token was accepted, k = 1.. (``None``: the engine has no such
     counter, or no speculation).
@@ -132,6 +133,29 @@ def median_or_none(values: list[float | None]) -> float | None:
     """The median of the values that are there (``None`` left out); ``None`` when none are."""
     present = [v for v in values if v is not None]
     return float(np.median(present)) if present else None
+
+
+MOVED_POSITION = 0.05  # a draft position whose acceptance moved by less is not named
+
+
+def median_per_position(arm: list[ArmTrial]) -> list[float] | None:
+    """Per draft position, the median over ``arm``'s launches of its acceptance share
+    (:attr:`ArmTrial.acceptance_per_position`); ``None`` when no launch has them."""
+    rows = [t.acceptance_per_position for t in arm if t.acceptance_per_position]
+    if not rows:
+        return None
+    return [float(np.median([row[k] for row in rows if len(row) > k])) for k in range(max(len(r) for r in rows))]
+
+
+def moved_position(base: list[float], head: list[float]) -> tuple[int, float, float] | None:
+    """The draft position (1-based) whose acceptance share moved most from ``base`` to ``head``
+    (the first of equal moves) with its two shares; ``None`` when none moved by
+    :data:`MOVED_POSITION` or more."""
+    moves = [(abs(h - b), k, b, h) for k, (b, h) in enumerate(zip(base, head, strict=False), 1)]
+    if not moves:
+        return None
+    size, k, b, h = max(moves, key=lambda m: (m[0], -m[1]))
+    return (k, b, h) if size >= MOVED_POSITION else None
 
 
 def pair_log_ratios(base: list[float], head: list[float]) -> np.ndarray:

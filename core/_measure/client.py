@@ -17,6 +17,13 @@ Definitions follow vLLM's and SGLang's own serving benchmarks (``vllm bench serv
 
 Output tokens are the server's ``usage.completion_tokens`` (asked for with
 ``stream_options.include_usage``); if the server sends no usage, the number of text chunks.
+The request's own speculative-decoding figures, where the server sends them on that last
+chunk: SGLang's ``usage.spec_verify_ct`` (verify steps), and vLLM's
+``metrics.speculative_decoding`` (vLLM started with ``--per-request-spec-decode-metrics
+summary``: ``num_spec_steps`` and ``acceptance_histogram``, index ``j`` the steps that accepted
+exactly ``j`` draft tokens), kept as :attr:`RequestRecord.spec_steps` and
+:attr:`RequestRecord.spec_accepted_per_position` (position ``p``'s accepted drafts: the steps
+with ``j >= p``).
 Under ``output = "fixed"`` the output length is held by the engine's length method
 (:data:`LENGTH_METHODS`): ``ignore_eos`` (vLLM, SGLang), ``min_tokens`` = ``max_tokens``, or
 ``max_tokens`` alone, where a model that stops early gives a short answer; under ``"natural"``
@@ -63,6 +70,8 @@ class RequestRecord:
     text_chunks: int = 0
     finish_reason: str | None = None
     spec_verify_ct: int | None = None
+    spec_steps: int | None = None
+    spec_accepted_per_position: list[int] | None = None
     error: str | None = None
     category: str | None = None
     text: str | None = None
@@ -354,6 +363,11 @@ class _StreamParser:
             self.usage_tokens = usage.get("completion_tokens", self.usage_tokens)
             if "spec_verify_ct" in usage:
                 record.spec_verify_ct = usage["spec_verify_ct"]
+        spec = (event.get("metrics") or {}).get("speculative_decoding")
+        if isinstance(spec, dict) and isinstance(spec.get("acceptance_histogram"), list):
+            histogram = [int(n) for n in spec["acceptance_histogram"]]
+            record.spec_steps = int(spec.get("num_spec_steps", sum(histogram)))
+            record.spec_accepted_per_position = [sum(histogram[p:]) for p in range(1, len(histogram))]
 
     def text(self) -> str:
         """The generated text of the stream, from its kept bytes (call after the stream): every
