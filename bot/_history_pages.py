@@ -19,7 +19,7 @@ from bot._common import open_host
 from bot._runs import run_page
 from core._git import first_parent_order
 from core._history.series import Series
-from core._history.static_site import build_history_site
+from core._history.static_site import SiteBuild, build_history_site
 from core._history.summary import build_summary
 
 _BEFORE_ANY_RUN = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -72,15 +72,17 @@ def writable_dir(option: str, path: str | Path) -> Path:
 
 
 def write_history_site(db, series: list[Series], directory: Path, *, engine: str | None = None,
-                       headline: str | None = None, margin_pct: float = 2.0, alpha: float = 0.05) -> list[Path]:
+                       headline: str | None = None, margin_pct: float = 2.0, alpha: float = 0.05) -> SiteBuild:
     """The history pages in ``directory``: a trend page per series of ``series``
-    (``storage.load_series``, in the order the report uses) analysed over the whole history
+    (``storage.load_series``, in the order the report uses; with ``by_category=True`` also a
+    page per category of a prompt set) analysed over the whole history
     (:func:`core._history.summary.build_summary` with the compare rule ``margin_pct``, ``alpha``), and a page
     per stored run (of ``engine``, if given). ``headline`` tops the index (default: the
     whole history's).
 
     Returns:
-        The pages written, ``index.html`` first.
+        :class:`core._history.static_site.SiteBuild`: the site's pages (``index.html`` first)
+        and those this build wrote (a run's page only when it changed).
 
     Raises:
         core.ConfigError: a file cannot be written (:func:`html_dir_error`).

@@ -11,6 +11,12 @@ measured, the verdicts of runs that had it as head, and the newest full env snap
 for it (``arm-base``/``arm-head``) with what changed in driver, NCCL, torch and engine
 libraries since the previous point that has one.
 
+With ``by_category`` (the history pages), each workload whose requests carry categories also
+gives one series per category, named ``WORKLOAD:CATEGORY``: a trial's figures there are its
+category's (core._experiments.categories.split_by_category: the category's output tokens over
+its requests' summed time, its own acceptance where the requests carried it), a head's verdict
+the category's verdict.
+
 Commit order: the caller's list of SHAs, oldest first (the engine repo's first-parent order:
 ``core._git.first_parent_order``); commits not on it are left out and counted. Without one,
 the order in which the commits were first measured (a base before its head).
@@ -25,9 +31,11 @@ from collections.abc import Sequence
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from core._experiments.stats import IMPROVEMENT, REGRESSION
+from core._experiments.categories import split_by_category
+from core._experiments.stats import IMPROVEMENT, REGRESSION, ArmTrial
 from core._history.findings import BisectFinding, CompareFinding, FailedRun, PeriodRuns
 from core._history.series import Series, SeriesPoint, env_changes
+from core._prompts import RANDOM_WORDS
 from storage._models import Arm, EnvSnapshot, Run, Trial, VerdictRow
 
 
@@ -35,11 +43,12 @@ def _aware(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)  # SQLite drops the zone
 
 
-def _series_rows(db: Engine, engine_name: str | None, host: str | None) -> tuple[list, list, list, list, list]:
+def _series_rows(db: Engine, engine_name: str | None, host: str | None,
+                 requests: bool = False) -> tuple[list, list, list, list, list]:
     """The rows a history needs, in one session: ``done`` runs (of ``engine_name`` and
     ``host`` where given) oldest first, their arms, their ``ok`` trials' figures (run, arm,
-    output tok/s, acceptance length; not the per-request records), their arms' full env
-    snapshots (oldest first) and their verdicts."""
+    output tok/s, acceptance length, and with ``requests`` the per-request records of runs on a
+    prompt set, else ``None``), their arms' full env snapshots (oldest first) and their verdicts."""
     with Session(db) as session:
         query = select(Run).where(Run.status == "done").order_by(Run.created_at, Run.id)
         if engine_name:
@@ -49,10 +58,17 @@ def _series_rows(db: Engine, engine_name: str | None, host: str | None) -> tuple
         runs = list(session.exec(query))
         run_ids = [r.id for r in runs]
         arms = list(session.exec(select(Arm).where(Arm.run_id.in_(run_ids)))) if run_ids else []
-        # only the figures a series needs: not the per-request records a trial row also holds
-        trials = list(session.exec(select(Trial.run_id, Trial.arm_id, Trial.output_tok_s, Trial.acceptance_length)
-                                   .where(Trial.run_id.in_(run_ids), Trial.status == "ok")
-                                   .order_by(Trial.run_id, Trial.seq))) if run_ids else []
+        # only the figures a series needs; the per-request records only when asked for, and only
+        # of runs whose prompts could have categories (random words have none)
+        figures = list(session.exec(select(Trial.id, Trial.arm_id, Trial.output_tok_s, Trial.acceptance_length)
+                                    .where(Trial.run_id.in_(run_ids), Trial.status == "ok")
+                                    .order_by(Trial.run_id, Trial.seq))) if run_ids else []
+        prompt_sets = [r.id for r in runs if (r.settings.get("workload") or {}).get("prompts", RANDOM_WORDS) != RANDOM_WORDS]
+        records = {trial_id: kept for trial_id, kept in session.exec(select(Trial.id, Trial.requests).where(
+            Trial.run_id.in_(prompt_sets), Trial.status == "ok"))} if requests and prompt_sets else {}
+        run_of_arm = {a.id: a.run_id for a in arms}
+        trials = [(run_of_arm[arm_id], arm_id, tok_s, acceptance, records.get(trial_id))
+                  for trial_id, arm_id, tok_s, acceptance in figures]
         snapshots = list(session.exec(select(EnvSnapshot).where(EnvSnapshot.run_id.in_(run_ids),
                                                                 EnvSnapshot.phase.in_(["arm-base", "arm-head"]))
                                       .order_by(EnvSnapshot.id))) if run_ids else []
@@ -84,8 +100,20 @@ def _points(collected: dict[str, dict], shas: list[str], snapshot_of: dict[str, 
     return points
 
 
+def _trial_figures(tok_s: float, acceptance: float | None, requests: list | None, by_category: bool
+                   ) -> list[tuple[str | None, float, float | None]]:
+    """A trial's ``(category, output tok/s, acceptance length)``: the workload's (category
+    ``None``), then with ``by_category`` each category's (module docstring)."""
+    figures: list[tuple[str | None, float, float | None]] = [(None, tok_s, acceptance)]
+    if by_category and requests:
+        for category, trial in split_by_category(ArmTrial(tok_s, requests=tuple(requests))).items():
+            figures.append((category, trial.output_tok_s, trial.acceptance_length))
+    return figures
+
+
 def load_series(db: Engine, *, engine_name: str | None = None, host: str | None = None,
-                commit_order: dict[str, Sequence[str]] | Sequence[str] | None = None) -> list[Series]:
+                commit_order: dict[str, Sequence[str]] | Sequence[str] | None = None,
+                by_category: bool = False) -> list[Series]:
     """Every series in the database (optionally of one engine or host).
 
     Args:
@@ -93,12 +121,14 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
         engine_name, host: keep only these.
         commit_order: SHAs oldest first, for all engines, or ``{engine name: SHAs}``; an
             engine without one is ordered by run time.
+        by_category: also a series per category (``WORKLOAD:CATEGORY``, module docstring);
+            reads every trial's per-request records.
 
     Returns:
         Series sorted by (db, host, mode, workload); only ``done`` runs and ``ok`` trials
         count; a series has at least one point.
     """
-    runs, arms, trials, snapshots, verdicts = _series_rows(db, engine_name, host)
+    runs, arms, trials, snapshots, verdicts = _series_rows(db, engine_name, host, requests=by_category)
     by_run = {r.id: r for r in runs}
     arm_of = {a.id: a for a in arms}
     snapshot_of: dict[str, dict] = {}  # sha -> newest full snapshot (ids ascend with time)
@@ -109,34 +139,54 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
         snapshot_of[sha] = run_snapshot[run.id, sha] = snap.data
     verdicts_of: dict[tuple[int, str], VerdictRow] = {(v.run_id, v.mode): v for v in verdicts}
 
-    # (db, host, mode, workload) -> sha -> collected figures
+    # (db, host, mode, workload) -> sha -> collected figures; order_seen: each key's SHAs as first measured
     collected: dict[tuple, dict[str, dict]] = {}
     order_seen: dict[tuple, list[str]] = {}
-    for run in runs:
-        for mode in run.modes:
-            key = (run.engine_name, run.host, mode, run.workload_name)
-            shas = collected.setdefault(key, {})
-            for role, sha, ref in (("base", run.base_sha, run.base_ref), ("head", run.head_sha, run.head_ref)):
-                if sha not in shas:
-                    shas[sha] = {"refs": [], "tok": [], "acc": [], "runs": [], "times": [], "verdicts": []}
-                    order_seen.setdefault(key, []).append(sha)
-                entry = shas[sha]
-                if ref not in entry["refs"]:
+    category_of: dict[tuple, str] = {}  # the keys of category series
+
+    def entry_of(key: tuple, run: Run, sha: str, category: str | None = None) -> dict:
+        """The figures of ``sha`` in series ``key``, with ``run``'s part (ref, time, verdict) in them."""
+        shas = collected.setdefault(key, {})
+        if sha not in shas:
+            shas[sha] = {"refs": [], "tok": [], "acc": [], "runs": [], "times": [], "verdicts": []}
+            order_seen.setdefault(key, []).append(sha)
+        entry = shas[sha]
+        if run.id not in entry["runs"]:
+            entry["runs"].append(run.id)
+            entry["times"].append(_aware(run.created_at))
+            for arm_sha, ref in ((run.base_sha, run.base_ref), (run.head_sha, run.head_ref)):
+                if arm_sha == sha and ref not in entry["refs"]:
                     entry["refs"].append(ref)
-                if run.id not in entry["runs"]:
-                    entry["runs"].append(run.id)
-                    entry["times"].append(_aware(run.created_at))
-                if role == "head" and (v := verdicts_of.get((run.id, mode))) is not None:
-                    entry["verdicts"].append({"run_id": run.id, "base_sha": run.base_sha, "verdict": v.verdict,
-                                              "change_pct": v.change_pct})
-    for run_id, arm_id, output_tok_s, acceptance_length in trials:
+            mode = key[2]
+            if sha == run.head_sha and (v := verdicts_of.get((run.id, mode))) is not None:
+                verdict: str | None = v.verdict
+                change = v.change_pct
+                if category is not None:  # a category's series: that category's verdict
+                    found = ((v.categories or {}).get("categories") or {}).get(category)
+                    verdict, change = ((found["verdict"]["verdict"], found["verdict"]["change_pct"]) if found
+                                       else (None, None))
+                if verdict is not None:
+                    entry["verdicts"].append({"run_id": run.id, "base_sha": run.base_sha, "verdict": verdict,
+                                              "change_pct": change})
+        return entry
+
+    for run in runs:  # the arms' commits in the order they were first measured (a base before its head)
+        for mode in run.modes:
+            for sha in (run.base_sha, run.head_sha):
+                entry_of((run.engine_name, run.host, mode, run.workload_name), run, sha)
+    for run_id, arm_id, output_tok_s, acceptance_length, requests in trials:
         arm = arm_of[arm_id]
         run = by_run[run_id]
-        entry = collected[(run.engine_name, run.host, arm.mode, run.workload_name)][arm.sha]
-        entry["tok"].append(output_tok_s)
-        entry.setdefault("by_run", {}).setdefault(run_id, []).append(output_tok_s)
-        if acceptance_length is not None:
-            entry["acc"].append(acceptance_length)
+        for category, tok_s, acceptance in _trial_figures(output_tok_s, acceptance_length, requests, by_category):
+            key = (run.engine_name, run.host, arm.mode,
+                   run.workload_name if category is None else f"{run.workload_name}:{category}")
+            if category is not None:
+                category_of[key] = category
+            entry = entry_of(key, run, arm.sha, category)
+            entry["tok"].append(tok_s)
+            entry.setdefault("by_run", {}).setdefault(run_id, []).append(tok_s)
+            if acceptance is not None:
+                entry["acc"].append(acceptance)
 
     series = []
     for key in sorted(collected):
@@ -150,7 +200,8 @@ def load_series(db: Engine, *, engine_name: str | None = None, host: str | None 
             on_branch, off_branch, ordered_by = measured, 0, "run time"
         points = _points(collected[key], on_branch, snapshot_of, by_run, run_snapshot)
         if points:
-            series.append(Series(*key, points=points, ordered_by=ordered_by, off_branch=off_branch))
+            series.append(Series(*key, points=points, ordered_by=ordered_by, off_branch=off_branch,
+                                 category=category_of.get(key)))
     return series
 
 

@@ -129,3 +129,43 @@ def test_answers_that_change_are_said_above_a_faster_verdict(answered):
     assert "1 compare whose outputs changed" in summary.headline, summary.headline
     (finding,) = [c for c in summary.runs.compares if c.outputs]
     assert finding.run_id == 2 and finding.line().startswith("OUTPUTS CHANGED (12 of 12 requests differ from base")
+
+
+@pytest.mark.e2e
+def test_the_history_pages_draw_a_series_per_category(answered):
+    """``report --html``: beside the workload's series, one per category of the prompt set, its
+    points the categories' own figures; the terminal summary keeps to the workload's series."""
+    from core._experiments.categories import split_by_category
+    from core._experiments.stats import ArmTrial
+    from core._history.static_site import series_page
+
+    root, _ = answered
+    db = storage.open_database(f"sqlite:///{root}/db.sqlite")
+    series = storage.load_series(db, by_category=True)
+    assert {s.workload for s in series} == {"categories"} | {f"categories:{c}" for c in
+                                                            ("chat", "code", "math", "qa", "summarisation", "translation")}
+    assert [s.workload for s in storage.load_series(db)] == ["categories"]
+    code = next(s for s in series if s.category == "code")
+    stored = storage.load_run(db, 1)  # code-slow against base
+    head = next(a.id for a in stored.arms.values() if a.role == "head")
+    expected = [split_by_category(ArmTrial(t.output_tok_s, requests=tuple(t.requests)))["code"].output_tok_s
+                for t in stored.trials if t.arm_id == head and t.status == "ok"]
+    point = next(p for p in code.points if p.sha == stored.run.head_sha)
+    assert point.trials_output_tok_s == pytest.approx(expected)  # code-slow was measured by run 1 only
+    assert [v["verdict"] for v in point.verdicts] == ["REGRESSION"]  # the code category's own verdict
+    chat = next(s for s in series if s.category == "chat")
+    (chat_verdict,) = next(p for p in chat.points if p.sha == stored.run.head_sha).verdicts
+    assert chat_verdict["verdict"] in ("NO CHANGE", "INCONCLUSIVE")
+
+    site = root / "site"
+    env = {**__import__("os").environ, "SPECPERF_HOME": str(root / "home"), "COLUMNS": "250"}
+    (root / "report.toml").write_text("")
+    done = specperf_in_process(["--config", str(root / "report.toml"), "report", "--db", f"sqlite:///{root}/db.sqlite",
+                                "--since", "2020-01-01", "--html", str(site)], cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    pages = {p.name for p in site.glob("trend-*.html")}
+    assert pages == {series_page(s.engine, s.host, s.mode, s.workload) for s in series} and len(pages) == 7
+    run_page = (site / "run-1.html").read_text()
+    assert "baseline per category: " in run_page
+    assert f'<a href="{series_page(code.engine, code.host, code.mode, code.workload)}">code</a>' in run_page
+    assert "categories:code" not in done.stdout  # the terminal summary: the workload's series only

@@ -160,7 +160,8 @@ def test_the_site_of_the_stored_history(tmp_path, db_file):
     site = tmp_path / "site"
     done = _report(tmp_path, db_file, "--html", str(site))
     assert done.returncode == 0, done.stderr
-    assert f"history pages: {site / 'index.html'} (10 pages)" in done.stdout  # index, 1 trend, 8 runs
+    # index, 1 trend, 8 runs
+    assert f"history pages: {site / 'index.html'} (10 pages, 10 written, 0 unchanged)" in done.stdout
 
     db = storage.open_database(f"sqlite:///{db_file}")
     series = storage.load_series(db)
@@ -255,7 +256,7 @@ def test_the_trend_shows_each_verdict_kind_change_points_environment_and_disturb
     for p, run_id in ((s.points[3], 101), (s.points[6], 102), (s.points[9], 103), (s.points[16], 104)):
         p.run_ids.append(run_id)
     summary = build_summary([s], since=NOW - dt.timedelta(days=400), now=NOW)
-    written = build_history_site(tmp_path / "site", summary, runs, generated_at=NOW)
+    written = build_history_site(tmp_path / "site", summary, runs, generated_at=NOW).pages
     assert [p.name for p in written] == ["index.html", series_page(*s.key)] + [f"run-{r}.html" for r in planted]
     trend = _parse(written[1])
     groups: dict[str, list[str]] = {}
@@ -276,6 +277,38 @@ def test_the_trend_shows_each_verdict_kind_change_points_environment_and_disturb
     run103 = written[4].read_text()
     assert "foreign CPU time 40% on the engine&#x27;s CPUs" in run103 and 'class="disturbed"' in run103
     assert "NCCL 2.27.3 -&gt; 2.28.9" in run103 and "planted NO CHANGE" in run103
+
+
+def test_a_rebuild_writes_only_the_runs_that_changed(tmp_path, db_file):
+    """Drawing a run's chart is nearly all of a build's time (bench/HISTORY_PAGES_RESULTS.md):
+    a rebuild draws and writes only the runs whose page changed; the index and the trend page
+    are written every time."""
+    site = tmp_path / "site"
+
+    def build() -> tuple[str, dict[str, int]]:
+        done = _report(tmp_path, db_file, "--html", str(site))
+        assert done.returncode == 0, done.stderr
+        said = [line for line in done.stdout.splitlines() if line.startswith("history pages:")]
+        return said[0], {str(f.relative_to(site)): f.stat().st_mtime_ns for f in site.rglob("*") if f.is_file()}
+
+    first_line, first = build()
+    assert first_line.endswith("(10 pages, 10 written, 0 unchanged)")
+    charts = sorted(name for name in first if name.startswith("charts/"))
+    assert len(charts) == 8
+    again_line, again = build()
+    assert again_line.endswith("(10 pages, 2 written, 8 unchanged)")
+    assert {n: t for n, t in again.items() if n.startswith(("run-", "charts/"))} == \
+        {n: t for n, t in first.items() if n.startswith(("run-", "charts/"))}
+    assert again["index.html"] != first["index.html"]
+
+    with sqlite3.connect(db_file) as db:  # one run's launch re-read: its page and chart must follow
+        run_id, trial_id = db.execute("SELECT run_id, id FROM trials WHERE status = 'ok' ORDER BY id LIMIT 1").fetchone()
+        db.execute("UPDATE trials SET output_tok_s = 12345.5 WHERE id = ?", (trial_id,))
+    changed_line, changed = build()
+    assert changed_line.endswith("(10 pages, 3 written, 7 unchanged)")
+    moved = {n for n in changed if changed[n] != first[n]} - {"index.html"} - {n for n in changed if n.startswith("trend-")}
+    assert moved == {f"run-{run_id}.html", f"charts/run-{run_id}.svg"}
+    assert 12345.5 in _parse(site / f"run-{run_id}.html").tok_s
 
 
 def test_an_unwritable_folder_is_one_line_naming_it(tmp_path, db_file):

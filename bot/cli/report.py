@@ -146,9 +146,11 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
     db = database(config, args.db, existing=True)
     notes: list[str] = []
     orders = await commit_orders(config, args.engine, notes.append)
-    series = storage.load_series(db, engine_name=args.engine, commit_order=orders)
+    # the history pages also draw a series per category of a prompt set; the summary is the workloads'
+    series = storage.load_series(db, engine_name=args.engine, commit_order=orders, by_category=site is not None)
     runs = storage.load_findings(db, since=args.since, engine_name=args.engine)
-    summary = build_summary(series, since=args.since, margin_pct=config.compare.margin_pct,
+    summary = build_summary([s for s in series if s.category is None], since=args.since,
+                            margin_pct=config.compare.margin_pct,
                                  alpha=config.compare.alpha, runs=runs)
     print_summary(console, summary)
     if not summary.quiet:
@@ -163,7 +165,8 @@ async def run_report(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_json(args.json, summary.to_dict(), console, None if summary.quiet else "summary:")
     if site is not None:
-        pages = write_history_site(db, series, site, engine=args.engine, headline=summary.headline,
+        built = write_history_site(db, series, site, engine=args.engine, headline=summary.headline,
                                    margin_pct=config.compare.margin_pct, alpha=config.compare.alpha)
-        console.print(f"history pages: {pages[0]} ({len(pages)} pages)", markup=False)
+        console.print(f"history pages: {built.pages[0]} ({len(built.pages)} pages, {len(built.written)} written, "
+                      f"{len(built.pages) - len(built.written)} unchanged)", markup=False)
     return 0

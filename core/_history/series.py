@@ -56,7 +56,9 @@ class Series:
     """The points of one (engine, host, mode, workload) in commit order.
 
     ``ordered_by``: ``first-parent`` (the caller's git order) or ``run time``; ``off_branch``:
-    measured commits left out because they are not in the git order.
+    measured commits left out because they are not in the git order. ``category``: set for a
+    series of one category of a prompt set, whose ``workload`` is then ``WORKLOAD:CATEGORY``
+    (``storage.load_series(by_category=True)``).
     """
 
     engine: str
@@ -66,6 +68,7 @@ class Series:
     points: list[SeriesPoint]
     ordered_by: str
     off_branch: int = 0
+    category: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:

@@ -4,7 +4,8 @@
 
 - ``index.html``: the headline, one row per series (engine, host, mode, workload) linked to
   its trend page, and every run linked to its page;
-- one trend page per series (:func:`series_page`): output tok/s over the series' commits in
+- one trend page per series (:func:`series_page`; a prompt set's category has series of its
+  own, ``WORKLOAD:CATEGORY``, without compare markers): output tok/s over the series' commits in
   the order the summary has them (:func:`core._history.summary.build_summary` entries), with each compare's
   95% interval and verdict on its head commit (REGRESSION red down-triangle, IMPROVEMENT
   green up-triangle, NO CHANGE grey diamond, INCONCLUSIVE hollow orange square), disturbed
@@ -23,6 +24,9 @@ map would need pixel positions recomputed from matplotlib's transforms and break
 browser scales the image; an inline SVG's links scale with it and stay on the drawn marks.
 Nothing is fetched: no scripts, fonts (matplotlib writes text as paths) or remote images;
 the pages open from disk (``file://``) and from any static web server alike.
+
+A rebuild draws only what changed: the index and the trend pages are written every time, a
+run's page (and its chart) only when the page differs from the one there (:func:`build_history_site`).
 
 The folder is the user's: every page carries :data:`GENERATOR` and is written to a new file
 beside its name, then renamed over it (:func:`_write_new`), so nothing is written through a
@@ -48,7 +52,7 @@ from pathlib import Path
 
 from core._experiments.report import render_chart
 from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, ArmTrial
-from core._history.summary import RegressionSummary, draw_series_layers
+from core._history.summary import RegressionSummary, draw_series_layers, trial_dots
 
 INDEX_PAGE = "index.html"
 _CHARTS = "charts"
@@ -270,8 +274,7 @@ def trend_svg(e: dict, runs: Sequence[RunPage]) -> str:
     by_id = {r.run_id: r for r in runs}
     xs = list(range(len(points)))
     fig, ax = plt.subplots(figsize=(11, 4.6))
-    for x, p in zip(xs, points):
-        ax.scatter([x] * len(p["trials_output_tok_s"]), p["trials_output_tok_s"], s=10, color="#4c72b0", alpha=0.35)
+    ax.scatter(*trial_dots(points), s=10, color="#4c72b0", alpha=0.35)
     ax.plot(xs, [p["output_tok_s"] for p in points], color="#4c72b0", lw=1.5)
     medians = ax.scatter(xs, [p["output_tok_s"] for p in points], color="#4c72b0", s=36, zorder=3,
                          label="output tok/s (median of the commit's trials)")
@@ -394,12 +397,18 @@ def _trend_html(e: dict, runs: Sequence[RunPage]) -> str:
 
 
 def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, str, str], str],
-              known: set[int]) -> str:
+              known: set[int], chart_source: str = "") -> str:
     parts = [f"<p>{_e(r.kind)} of <strong>{_e(r.engine)}</strong> on host {_e(r.host)}, workload {_e(r.workload)}, "
              f"modes {_e(', '.join(r.modes))}: {_commit(r.head_ref, r.head_sha)} against {_commit(r.base_ref, r.base_sha)}, "
              f"started {r.created_at:%Y-%m-%d %H:%M:%S} UTC; status <strong>{_e(r.status)}</strong></p>"]
-    trends = [f'<a href="{series_pages[key]}">{_e(m)} trend</a>' for m in r.modes
-              if (key := (r.engine, r.host, m, r.workload)) in series_pages]
+    trends = []
+    for m in r.modes:
+        if (key := (r.engine, r.host, m, r.workload)) in series_pages:
+            trends.append(f'<a href="{series_pages[key]}">{_e(m)} trend</a>')
+        per_category = [f'<a href="{page}">{_e(k[3].split(":", 1)[1])}</a>' for k, page in sorted(series_pages.items())
+                        if k[:3] == (r.engine, r.host, m) and k[3].startswith(f"{r.workload}:")]
+        if per_category:
+            trends.append(f"{_e(m)} per category: " + ", ".join(per_category))
     if trends:
         parts.append("<p>" + " &middot; ".join(trends) + "</p>")
     if r.reason:
@@ -452,8 +461,8 @@ def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, 
         "<ul id=\"fingerprint\">" + "".join(f"<li>{_e(line)}</li>" for line in differ) + "</ul>" if differ
         else "<p id=\"fingerprint\">none: both arms ran in the same environment (driver, libraries, settings).</p>"))
     if chart:
-        parts.append(f'<h2>Chart</h2>\n<figure><img src="{chart}" alt="output tok/s per launch of run {r.run_id}">'
-                     "</figure>")
+        parts.append(f'<h2>Chart</h2>\n<figure><img src="{chart}" alt="output tok/s per launch of run {r.run_id}" '
+                     f'data-chart-source="{chart_source}"></figure>')
     trial_rows, classes = [], []
     for row in report.get("launches", []):
         figures = r.figures.get(row["seq"])
@@ -509,10 +518,57 @@ def _write_new(path: Path, write) -> None:
         raise
 
 
+@dataclasses.dataclass(frozen=True)
+class SiteBuild:
+    """What :func:`build_history_site` did.
+
+    Attributes:
+        pages: every page of the site: ``index.html`` first, then the trend pages, then the
+            run pages (their charts in ``charts/run-<id>.svg``).
+        written: the pages this build wrote (the index and the trend pages always; a run's
+            page, and its chart, only when the page it would write differs from the one there).
+    """
+
+    pages: list[Path]
+    written: list[Path]
+
+
+def _chart_code() -> str:
+    """A digest of what draws a run's chart: :func:`render_chart`'s module source and
+    matplotlib's version (either changed: every chart is drawn again)."""
+    import matplotlib
+
+    from core._experiments import report
+
+    return hashlib.sha256(Path(report.__file__).read_bytes() + matplotlib.__version__.encode()).hexdigest()
+
+
+def _chart_source(r: RunPage, title: str, code: str) -> str:
+    """The digest of everything run ``r``'s chart is drawn from (its trials, launches, title,
+    and :func:`_chart_code`): the page records it, so an unchanged page means an unchanged chart."""
+    drawn = repr((r.trials, (r.report or {}).get("launches"), title, code))
+    return hashlib.sha256(drawn.encode()).hexdigest()[:32]
+
+
+def _same_file(path: Path, content: bytes) -> bool:
+    """Whether ``path`` is a file that holds exactly ``content`` (never a link: those were
+    refused by :func:`_check_names`)."""
+    try:
+        return path.stat().st_size == len(content) and path.read_bytes() == content
+    except OSError:
+        return False
+
+
 def build_history_site(directory: Path, history: RegressionSummary, runs: Sequence[RunPage], *,
-                       headline: str | None = None, generated_at: dt.datetime | None = None) -> list[Path]:
+                       headline: str | None = None, generated_at: dt.datetime | None = None) -> SiteBuild:
     """Write the history pages into ``directory`` (created if missing; files of an earlier
     build with the same names are replaced, others left).
+
+    The index and the trend pages are written every time (any new run changes them). A run's
+    page is written only when the page it would be differs from the one there, and its chart
+    drawn only then: the page records the digest of what its chart is drawn from
+    (:func:`_chart_source`), so a rebuild over a long history draws only the new or changed
+    runs' charts (drawing is nearly all of a build's time: bench/HISTORY_PAGES_RESULTS.md).
 
     Args:
         directory: the site's folder.
@@ -523,8 +579,7 @@ def build_history_site(directory: Path, history: RegressionSummary, runs: Sequen
         generated_at: when, for the index (default: now, UTC).
 
     Returns:
-        The pages written: ``index.html`` first, then the trend pages, then the run pages
-        (their charts go to ``charts/run-<id>.svg``).
+        :class:`SiteBuild`: the site's pages and those written.
 
     Raises:
         OSError: the folder or a file in it cannot be written.
@@ -534,26 +589,35 @@ def build_history_site(directory: Path, history: RegressionSummary, runs: Sequen
     series_pages = {(e["engine"], e["host"], e["mode"], e["workload"]): series_page(e["engine"], e["host"], e["mode"],
                                                                                      e["workload"])
                     for e in history.series}
-    charted = [r for r in runs if r.report is not None and r.trials]
+    charted = {r.run_id for r in runs if r.report is not None and r.trials}
     _check_names(directory, [INDEX_PAGE, *series_pages.values(), *(run_page(r.run_id) for r in runs)],
-                 [f"run-{r.run_id}.svg" for r in charted])
+                 [f"run-{run_id}.svg" for run_id in charted])
     directory.mkdir(parents=True, exist_ok=True)
-    written = [directory / INDEX_PAGE]
-    _write_new(written[0], lambda p: p.write_text(_index_html(history, runs, headline or history.headline, generated_at)))
+    pages = [directory / INDEX_PAGE]
+    _write_new(pages[0], lambda p: p.write_text(_index_html(history, runs, headline or history.headline, generated_at),
+                                                encoding="utf-8"))
     for e in history.series:
         path = directory / series_pages[(e["engine"], e["host"], e["mode"], e["workload"])]
-        _write_new(path, lambda p, e=e: p.write_text(_trend_html(e, runs)))
-        written.append(path)
+        _write_new(path, lambda p, e=e: p.write_text(_trend_html(e, runs), encoding="utf-8"))
+        pages.append(path)
+    written = list(pages)
     if charted:
         (directory / _CHARTS).mkdir(exist_ok=True)
+    code = _chart_code() if charted else ""
     for r in runs:
-        chart = None
-        if r in charted:
+        chart = source = None
+        if r.run_id in charted:
             chart = f"{_CHARTS}/run-{r.run_id}.svg"
             title = f"run {r.run_id}: {r.engine} {r.head_sha[:12]} vs {r.base_sha[:12]}"
+            source = _chart_source(r, title, code)
+        path = directory / run_page(r.run_id)
+        pages.append(path)
+        content = _run_html(r, chart, series_pages, known, source or "").encode()
+        if _same_file(path, content) and (chart is None or (directory / chart).is_file()):
+            continue
+        if chart is not None:
             _write_new(directory / chart, lambda p, r=r, title=title: render_chart(
                 r.trials, p, title, r.report.get("launches"), image_format="svg"))
-        path = directory / run_page(r.run_id)
-        _write_new(path, lambda p, r=r, chart=chart: p.write_text(_run_html(r, chart, series_pages, known)))
+        _write_new(path, lambda p, content=content: p.write_bytes(content))
         written.append(path)
-    return written
+    return SiteBuild(pages, written)

@@ -19,6 +19,7 @@ is quiet only when none of this fired; then ``RegressionSummary.headline`` is on
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,6 +338,17 @@ def _stored_marks(summary: RegressionSummary, e: dict) -> tuple[list[tuple[str, 
     return on, off
 
 
+MAX_TICK_LABELS = 80  # a longer series labels every k-th commit: more would overlap and cost seconds to lay out
+
+
+def trial_dots(points: list[dict]) -> tuple[list[int], list[float]]:
+    """Every trial of series points ``points`` (a :func:`build_summary` series' ``points``) as
+    one scatter's ``(x, y)``: x the point's index, y the trial's output tok/s (one collection:
+    a scatter per commit cost seconds per thousand commits)."""
+    xs = [x for x, p in enumerate(points) for _ in p["trials_output_tok_s"]]
+    return xs, [v for p in points for v in p["trials_output_tok_s"]]
+
+
 def draw_series_layers(ax, e: dict) -> None:
     """Draw on ``ax`` (x: the point index of series entry ``e``, a :func:`build_summary`
     series dict) what the summary found along the series: confirmed change points (dashed
@@ -345,7 +357,8 @@ def draw_series_layers(ax, e: dict) -> None:
     band over the newest commits), a short series' test when it moved (a band from its newest
     commits), environment changes (orange dotted line, labelled at the foot of the axis), the
     acceptance length on a second axis where measured (purple, its change points dash-dotted),
-    the commits as x tick labels (ref when short, else the SHA's first 7), the y label and grid.
+    the commits as x tick labels (ref when short, else the SHA's first 7; every k-th of a series
+    longer than :data:`MAX_TICK_LABELS`), the y label and grid.
     A change point's line has the gid ``change-point-<index>``, an environment change's
     ``environment-change-<index>`` (an SVG names its group so). The caller draws the points
     themselves, the title and the legend."""
@@ -383,8 +396,9 @@ def draw_series_layers(ax, e: dict) -> None:
         ax.axvline(env["index"] - 0.5, color="#dd8452", ls=":", lw=1.5, gid=f"environment-change-{env['index']}")
         ax.annotate("; ".join(env["lines"][:2]), (env["index"] - 0.5, 0.02), xycoords=("data", "axes fraction"),
                     fontsize=7, color="#dd8452", rotation=90, ha="right", va="bottom")
-    ax.set_xticks(xs, [p["ref"] if p["ref"] and len(p["ref"]) <= 10 else p["sha"][:7] for p in points],
-                  rotation=45, fontsize=7, ha="right")
+    labelled = xs[::math.ceil(len(xs) / MAX_TICK_LABELS)] if xs else xs
+    ax.set_xticks(labelled, [points[x]["ref"] if points[x]["ref"] and len(points[x]["ref"]) <= 10 else points[x]["sha"][:7]
+                             for x in labelled], rotation=45, fontsize=7, ha="right")
     ax.set_ylabel("output tok/s")
     ax.grid(axis="y", alpha=0.3)
 
@@ -411,8 +425,7 @@ def render_trend_chart(summary: RegressionSummary, path: Path, title: str = "spe
     for ax, e in zip((a[0] for a in axes), entries):
         points = e["points"]
         xs = list(range(len(points)))
-        for x, p in zip(xs, points):
-            ax.scatter([x] * len(p["trials_output_tok_s"]), p["trials_output_tok_s"], s=10, color="#4c72b0", alpha=0.35)
+        ax.scatter(*trial_dots(points), s=10, color="#4c72b0", alpha=0.35)
         ax.plot(xs, [p["output_tok_s"] for p in points], color="#4c72b0", marker="o", lw=1.5, label="output tok/s")
         on, off = _stored_marks(summary, e)
         index = {p["sha"]: i for i, p in enumerate(points)}

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from core._errors import ConfigError
 
-BUILTIN_PROMPT_SETS = ("random-words", "categories")
+RANDOM_WORDS = "random-words"  # the prompts of no set: seeded words, no categories
+BUILTIN_PROMPT_SETS = (RANDOM_WORDS, "categories")
 UNCATEGORISED = "uncategorised"
 _BUILTIN_FILE = Path(__file__).with_name("categories.jsonl")
 
@@ -189,7 +190,7 @@ def check_prompt_set(source: str, fmt: str, categories: list[str], api: str, whe
         ConfigError: as :func:`read_prompt_set`; a category asked for that the set lacks (the
             known ones named); chat ``messages`` under ``api = "completions"``.
     """
-    if source == "random-words":
+    if source == RANDOM_WORDS:
         if categories:
             raise ConfigError(f"{where}: categories = {categories} but the random-words prompts have no categories")
         return ()
@@ -223,7 +224,7 @@ def select_prompts(prompts: tuple[Prompt, ...], count: int, *, seed: int, stream
     """
     rng = random.Random(f"{seed}:{stream}")
     if not prompts:
-        return [Prompt(" ".join(rng.choice(_WORDS) for _ in range(prompt_words)), None, "random-words")
+        return [Prompt(" ".join(rng.choice(_WORDS) for _ in range(prompt_words)), None, RANDOM_WORDS)
                 for _ in range(count)]
     groups: dict[str, list[Prompt]] = {}
     for prompt in prompts:
