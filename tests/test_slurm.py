@@ -421,13 +421,15 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
 
     make_repo(tmp_path / "repo")
     url, home, log = f"sqlite:///{tmp_path}/bot.db", tmp_path / "home", open(tmp_path / "bot.log", "w")
-    # idle: ITL x 50, so the idle compare's four launches take about 15 s of tokens on the node
+    # idle: ITL x 150, so the idle compare's four launches take about 45 s of tokens on the node: trials
+    # are still to come after the restart (at x 50, about 15 s, the rest tier's load once let the job
+    # measure all but nothing after the restarted bot attached: no trial was left to relay, 2026-12-07)
     config = write_config(tmp_path, tmp_path / "repo", unused_tcp_port, emulator.api_url,
                           workload="output_len = 16\nrequests = 2\nwarmup_requests = 0\n", lease_s=10)
     config.write_text(slurm_host(tmp_path).replace("poll_s = 0.5\n", "poll_s = 0.5\nexclusive = false\n")
                       + config.read_text().replace('[engines.fake]\nkind = "command"\n',
                                                    '[engines.fake]\nkind = "command"\nhost = "cluster"\n').replace(
-        '[engines.fake.modes]\n', '[engines.fake.modes]\nidle = ["--itl-scale", "50"]\n'))
+        '[engines.fake.modes]\n', '[engines.fake.modes]\nidle = ["--itl-scale", "150"]\n'))
     db = storage.open_database(url)
     proc, port = await start_bot(config, url, home, log)
     try:
@@ -457,7 +459,7 @@ async def test_a_restarted_bot_follows_its_slurm_jobs_again(slurm_cluster, tmp_p
     proc, port = await start_bot(config, url, home, log)
     try:
         done = await wait_for(lambda: (j := [storage.job_for_run(db, r) for r in runs.values()])
-                              and all(x.status in ("done", "failed") for x in j) and j, 120, what="both jobs' ends")
+                              and all(x.status in ("done", "failed") for x in j) and j, 240, what="both jobs' ends")
         assert [j.status for j in done] == ["done", "done"], [j.reason for j in done]
 
         def verdicts_posted():
