@@ -59,6 +59,7 @@ def test_a_draft_that_misses_on_code_regresses_code_only(code_draft, record_prop
     for name in CATEGORIES - {"code"}:
         assert verdicts[name] in ("NO CHANGE", "INCONCLUSIVE"), categories["line"]  # never a false change
     code = categories["categories"]["code"]
+    record_verdict(record_property, "code-draft-code", code["verdict"])
     assert code["head_acceptance"] == pytest.approx(1.0, abs=0.05)
     assert "REGRESSION on code (" in categories["line"] and "position 1: 1.00 -> 0.00) only" in categories["line"]
     assert category_moves(categories) == "REGRESSION on code only"  # the terminal's and Slack's headline words
