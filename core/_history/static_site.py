@@ -397,7 +397,10 @@ def _trend_html(e: dict, runs: Sequence[RunPage]) -> str:
 
 
 def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, str, str], str],
-              known: set[int], chart_source: str = "") -> str:
+              known: set[int], chart_source: str = "",
+              category_pages: dict[tuple[str, str, str, str], list[tuple[str, str]]] | None = None) -> str:
+    """``category_pages``: per (engine, host, mode, workload) its categories' trend pages,
+    ``(category, page)`` in category order (:func:`_category_pages`)."""
     parts = [f"<p>{_e(r.kind)} of <strong>{_e(r.engine)}</strong> on host {_e(r.host)}, workload {_e(r.workload)}, "
              f"modes {_e(', '.join(r.modes))}: {_commit(r.head_ref, r.head_sha)} against {_commit(r.base_ref, r.base_sha)}, "
              f"started {r.created_at:%Y-%m-%d %H:%M:%S} UTC; status <strong>{_e(r.status)}</strong></p>"]
@@ -405,10 +408,9 @@ def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, 
     for m in r.modes:
         if (key := (r.engine, r.host, m, r.workload)) in series_pages:
             trends.append(f'<a href="{series_pages[key]}">{_e(m)} trend</a>')
-        per_category = [f'<a href="{page}">{_e(k[3].split(":", 1)[1])}</a>' for k, page in sorted(series_pages.items())
-                        if k[:3] == (r.engine, r.host, m) and k[3].startswith(f"{r.workload}:")]
-        if per_category:
-            trends.append(f"{_e(m)} per category: " + ", ".join(per_category))
+        if per_category := (category_pages or {}).get(key, []):
+            trends.append(f"{_e(m)} per category: "
+                          + ", ".join(f'<a href="{page}">{_e(category)}</a>' for category, page in per_category))
     if trends:
         parts.append("<p>" + " &middot; ".join(trends) + "</p>")
     if r.reason:
@@ -550,6 +552,18 @@ def _chart_source(r: RunPage, title: str, code: str) -> str:
     return hashlib.sha256(drawn.encode()).hexdigest()[:32]
 
 
+def _category_pages(series: Sequence[dict], series_pages: dict[tuple[str, str, str, str], str]
+                    ) -> dict[tuple[str, str, str, str], list[tuple[str, str]]]:
+    """Per (engine, host, mode, workload), the trend pages of its categories' series (entries
+    with a ``category``, whose workload is ``WORKLOAD:CATEGORY``), ``(category, page)`` sorted."""
+    pages: dict[tuple[str, str, str, str], list[tuple[str, str]]] = {}
+    for e in series:
+        if category := e.get("category"):
+            key = (e["engine"], e["host"], e["mode"], e["workload"].removesuffix(f":{category}"))
+            pages.setdefault(key, []).append((category, series_pages[(e["engine"], e["host"], e["mode"], e["workload"])]))
+    return {key: sorted(found) for key, found in pages.items()}
+
+
 def _same_file(path: Path, content: bytes) -> bool:
     """Whether ``path`` is a file that holds exactly ``content`` (never a link: those were
     refused by :func:`_check_names`)."""
@@ -604,6 +618,7 @@ def build_history_site(directory: Path, history: RegressionSummary, runs: Sequen
     if charted:
         (directory / _CHARTS).mkdir(exist_ok=True)
     code = _chart_code() if charted else ""
+    category_pages = _category_pages(history.series, series_pages)
     for r in runs:
         chart = source = None
         if r.run_id in charted:
@@ -612,7 +627,7 @@ def build_history_site(directory: Path, history: RegressionSummary, runs: Sequen
             source = _chart_source(r, title, code)
         path = directory / run_page(r.run_id)
         pages.append(path)
-        content = _run_html(r, chart, series_pages, known, source or "").encode()
+        content = _run_html(r, chart, series_pages, known, source or "", category_pages).encode()
         if _same_file(path, content) and (chart is None or (directory / chart).is_file()):
             continue
         if chart is not None:

@@ -119,7 +119,8 @@ def _series_entry(s: Series, analysis: SeriesAnalysis, acceptance: SeriesAnalysi
             "categories": sorted({c.category.label for c in p.env_changes}), "new": p.first_measured_at >= since}
            for i, p in enumerate(points) if p.env_changes]
     return {
-        "engine": s.engine, "host": s.host, "mode": s.mode, "workload": s.workload, "ordered_by": s.ordered_by,
+        "engine": s.engine, "host": s.host, "mode": s.mode, "workload": s.workload, "category": s.category,
+        "ordered_by": s.ordered_by,
         "off_branch": s.off_branch, "n_points": len(points),
         "measured_in_period": sum(p.last_measured_at >= since for p in points),
         "latest": {"sha": latest.sha, "ref": latest.refs[-1] if latest.refs else None,
