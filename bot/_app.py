@@ -30,6 +30,7 @@ from bot._runs import reconcile_runs
 from core._api import lock_owner
 from core._env.disturbance import Disturbance, judge_window
 from core._env.window import WindowMonitor
+from core._experiments.arms import check_set_ups, with_overrides
 from core._experiments.bisection import BisectObserver, BisectRequest, BisectResult, CompareRunner
 from core._experiments.bisection import bisect as run_bisect
 from core._experiments.calibrate import pair_spread_pct, plan
@@ -114,10 +115,34 @@ def compare_settings(config: core.Config, *, min_trials: int | None = None, max_
         raise core.ConfigError(f"bad compare option {option}: {error['msg'].removeprefix('Value error, ')}") from None
 
 
+def base_arm(config: core.Config, choice: Choice, modes: list[str] | None, engine: str | None = None,
+             env: list[str] | None = None, args: str | None = None) -> tuple[str, core.EngineConfig] | None:
+    """The base arm's own engine set-up (issue 39, core._experiments.arms), checked against the
+    chosen engine's for ``modes`` (``None``: the compare's default modes): config entry
+    ``engine`` (default: the chosen engine's), on the chosen host and port, with ``env`` (``KEY=VALUE``
+    items) set and ``args`` appended; ``None`` when none of them is given (the arms differ only
+    in their commits).
+
+    Raises:
+        core.ConfigError: no such engine, a malformed ``KEY=VALUE`` or argument string, or
+            set-ups that cannot be one compare's arms (core._experiments.arms.check_set_ups).
+    """
+    if engine is None and not env and not args:
+        return None
+    name = engine or choice.engine_name
+    # on the chosen host and the compare's port: where an arm listens is no set-up difference
+    spec = config.engine(name).model_copy(update={"host": choice.host_name, "port": choice.engine.port})
+    spec = with_overrides(spec, env or [], args)
+    check_set_ups(name, spec, choice.engine_name, choice.engine, resolve_modes(config, choice.engine_name, modes))
+    return name, spec
+
+
 def compare_request(config: core.Config, choice: Choice, host: Host, head_ref: str, base_ref: str | None,
                     modes: list[str] | None, settings: core.CompareConfig | None = None,
-                    force_clean: bool = False) -> CompareRequest:
-    """A validated compare of ``head_ref`` against ``base_ref`` (``None``: its first parent).
+                    force_clean: bool = False, base: tuple[str, core.EngineConfig] | None = None) -> CompareRequest:
+    """A validated compare of ``head_ref`` against ``base_ref`` (``None``: its first parent, or
+    with ``base`` its own commit), the base arm on ``base`` (name, set-up: :func:`base_arm`,
+    which checked it) when given.
 
     Raises:
         core.ConfigError: a mode the engine lacks.
@@ -126,7 +151,7 @@ def compare_request(config: core.Config, choice: Choice, host: Host, head_ref: s
         engine_name=choice.engine_name, engine=choice.engine, workload_name=choice.workload_name,
         workload=choice.workload, head_ref=head_ref, base_ref=base_ref,
         modes=resolve_modes(config, choice.engine_name, modes), settings=settings or config.compare, host=host,
-        force_clean=force_clean)
+        force_clean=force_clean, base_engine_name=base[0] if base else None, base_engine=base[1] if base else None)
 
 
 def bisect_request(config: core.Config, choice: Choice, host: Host, good_ref: str, bad_ref: str,

@@ -82,11 +82,13 @@ def stored_launches(stored: storage.StoredRun) -> tuple[dict, dict, dict]:
 
 
 def stored_environment(stored: storage.StoredRun) -> dict:
-    """``{"arms_differ": [line]}`` from a run's per-arm snapshots."""
+    """``{"arms_differ": [line]}``: the arms' set-up difference as the run stored it
+    (``settings["arms"]["set_up"]``, core._experiments.arms), then its per-arm snapshots'."""
     snapshots = _arm_snapshots(stored)
     arms = (snapshots.get("base"), snapshots.get("head"))
     run = stored.run
-    return {"arms_differ": arm_differences(*arms, run.base_sha, run.head_sha) if all(arms) else []}
+    set_up = list((run.settings.get("arms") or {}).get("set_up") or [])
+    return {"arms_differ": set_up + (arm_differences(*arms, run.base_sha, run.head_sha) if all(arms) else [])}
 
 
 def _judged(launches: tuple, settings: core.CompareConfig):
@@ -152,7 +154,8 @@ def history_checks(db, stored: storage.StoredRun, against: int | None = None) ->
     number real; a commit that reads below or above carries what changed in the environment
     since that run (its arm snapshots against today's), the host's drift between runs learnt from
     every earlier run (:func:`core._history.check.level_spread`). ``against``: that run only (a
-    recheck)."""
+    recheck). A base arm on a set-up of its own (``settings["arms"]``: core._experiments.arms)
+    is no figure of its commit on the engine's set-up: it is neither checked nor a past level."""
     run = stored.run
     settings = core.CompareConfig.model_validate(run.settings["compare"])
     today = _judged(stored_launches(stored), settings)[2]
@@ -167,6 +170,8 @@ def history_checks(db, stored: storage.StoredRun, against: int | None = None) ->
         then = _arm_snapshots(earlier)
         for mode, arms in kept.items():
             for role, arm in arms.items():
+                if role == "base" and earlier.run.settings.get("arms"):
+                    continue
                 sha = earlier.run.base_sha if role == "base" else earlier.run.head_sha
                 past.setdefault(mode, []).append(PastLaunches(
                     earlier.run.id, earlier.run.created_at, sha, [t.output_tok_s for t in arm],
@@ -174,7 +179,9 @@ def history_checks(db, stored: storage.StoredRun, against: int | None = None) ->
     checks = []
     for mode, arms in today.items():
         for role, arm in arms.items():
-            if role == "head" and run.head_sha == run.base_sha:
+            if role == "base" and run.settings.get("arms"):
+                continue  # another set-up than the engine's
+            if role == "head" and run.head_sha == run.base_sha and not run.settings.get("arms"):
                 continue  # an A/A: one commit, checked once
             levels = past.get(mode, [])
             check = check_history(mode, role, shas[role], [t.output_tok_s for t in arm],
@@ -232,6 +239,11 @@ def recheck_plan(config: core.Config, stored: storage.StoredRun | None, run_id: 
         raise core.ConfigError(f"run {run.id} is a {run.kind} run that is {run.status} with {launches} launches per "
                                "arm: recheck re-measures a finished compare with at least 2 (`specperf history` lists "
                                "them)")
+    if arms := run.settings.get("arms"):
+        raise core.ConfigError(f"run {run.id} compared two engine set-ups (base engine {arms['base_engine']!r}: "
+                               f"{'; '.join(arms['set_up']) or 'the same set-up'}); recheck re-measures compares of "
+                               "commits on one set-up: run `specperf compare` with the same --base-engine, --base-env "
+                               "or --base-args again")
     what = (f"run {run.id} ran engine {run.engine_name!r} on host {run.host!r} with workload {run.workload_name!r} "
             f"and modes {', '.join(run.modes)}")
     engine = config.engines.get(run.engine_name)

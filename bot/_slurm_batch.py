@@ -102,7 +102,8 @@ async def submit(db, request: CompareRequest, shas: tuple[str, str], extra: dict
             "workload": request.workload.model_dump(mode="json"), "head_ref": request.head_ref,
             "base_ref": request.base_ref, "modes": request.modes,
             "settings": request.settings.model_dump(mode="json"), "shas": list(shas),
-            "force_clean": request.force_clean,
+            "force_clean": request.force_clean, "base_engine_name": request.base_engine_name,
+            "base_engine": request.base_engine.model_dump(mode="json") if request.base_engine else None,
             "profile_dir": request.profile_dir or f"{host.workdir}/profiles/run-{run_id}"}
     try:
         await host.makedirs(jobs)
@@ -443,14 +444,16 @@ async def run_job(spec_path: str) -> int:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     host = SlurmHost(spec["host_name"], core.HostConfig.model_validate(spec["host"]), "").on_node(node)
     engine = core.EngineConfig.model_validate(spec["engine"])
+    base_engine = core.EngineConfig.model_validate(spec["base_engine"]) if spec.get("base_engine") else None
     if host.config.slurm and not host.config.slurm.exclusive:  # a job of ours may share the node
         engine = engine.model_copy(update={"port": _free_port()})
+        base_engine = base_engine.model_copy(update={"port": engine.port}) if base_engine else None
     request = CompareRequest(
         engine_name=spec["engine_name"], engine=engine,
         workload_name=spec["workload_name"], workload=core.WorkloadConfig.model_validate(spec["workload"]),
         head_ref=spec["head_ref"], base_ref=spec["base_ref"], modes=spec["modes"],
         settings=core.CompareConfig.model_validate(spec["settings"]), host=host, force_clean=spec["force_clean"],
-        profile_dir=spec.get("profile_dir"))
+        profile_dir=spec.get("profile_dir"), base_engine_name=spec.get("base_engine_name"), base_engine=base_engine)
     store = storage.RunStore(db)
     await asyncio.to_thread(store.resume, run_id)
     await asyncio.to_thread(storage.update_settings, db, run_id, "slurm",

@@ -55,7 +55,9 @@ def _series_rows(db: Engine, engine_name: str | None, host: str | None,
             query = query.where(Run.engine_name == engine_name)
         if host:
             query = query.where(Run.host == host)
-        runs = list(session.exec(query))
+        # a compare of two engine set-ups (settings["arms"]) measured its base on another set-up than
+        # the engine's: its commits' figures are not the engine's history
+        runs = [r for r in session.exec(query) if not (r.settings or {}).get("arms")]
         run_ids = [r.id for r in runs]
         arms = list(session.exec(select(Arm).where(Arm.run_id.in_(run_ids)))) if run_ids else []
         # only the figures a series needs; the per-request records only when asked for, and only

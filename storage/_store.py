@@ -41,17 +41,23 @@ class RunStore(CompareObserver):
 
     def create(self, request: CompareRequest, base_sha: str, head_sha: str, extra: dict | None = None) -> int:
         """Insert the run (status running, owned by this process, whose lease is kept alive from
-        now on) and return its id; ``extra`` is merged into its settings."""
+        now on) and return its id; ``extra`` is merged into its settings. A base arm on a set-up
+        of its own (core._experiments.arms) is kept as ``settings["arms"]``: ``base_engine`` (its
+        name), ``set_up`` (what differs, base -> head) and ``base_engine_config`` (secrets hidden)."""
         keep_alive(self.db)
+        arms = {} if request.base_engine is None else {"arms": {
+            "base_engine": request.base_engine_name, "set_up": request.set_up_differences(),
+            "base_engine_config": redact(request.base_engine.model_dump())}}
+        default_base = request.head_ref if request.base_engine is not None else f"{request.head_ref}^"
         with Session(self.db) as session:
             run = Run(
                 engine_name=request.engine_name, workload_name=request.workload_name,
-                base_ref=request.base_ref or f"{request.head_ref}^", base_sha=base_sha,
+                base_ref=request.base_ref or default_base, base_sha=base_sha,
                 head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes), host=request.host.name,
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
                           "engine": redact(request.engine.model_dump()), "host_where": request.host.where,
                           "client": "local" if request.host.is_local else request.host.client_where,
-                          "owner": identity().as_owner(), **(extra or {})},
+                          "owner": identity().as_owner(), **arms, **(extra or {})},
             )
             session.add(run)
             session.commit()

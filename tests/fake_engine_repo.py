@@ -4,7 +4,8 @@ The engine is the exact-rate server (tests/exact_rate_server.py) started by a mo
 lives in the repository, ``src/fake_engine.py``, whose constants each commit changes: the
 inter-token latency (so throughput moves by a known fraction), a per-launch noise, and
 whether it starts at all. ``--itl-scale`` in a mode's arguments stands in for speculative
-decoding making tokens cheaper.
+decoding making tokens cheaper, and ``FAKE_ENGINE_ITL_SCALE`` in the engine's environment
+multiplies the ITL of every commit (a set-up's difference: issue 39).
 
 Commits (linear, on ``main``, each tagged): ``base``; ``noop`` (a comment); ``slow`` (ITL x
 1.30, -23% tok/s: under the suite's load four Slurm nodes and the rest tier share two vCPUs, and
@@ -23,7 +24,8 @@ from pathlib import Path
 
 from core import EngineConfig
 
-ENGINE = '''"""A fake engine: the exact-rate server at this commit's speed."""
+ENGINE = '''"""A fake engine: the exact-rate server at this commit's speed (times FAKE_ENGINE_ITL_SCALE)."""
+import os
 import random
 import sys
 
@@ -46,6 +48,7 @@ if __name__ == "__main__":
         i = args.index("--itl-scale")
         scale = float(args[i + 1])
         del args[i:i + 2]
+    scale *= float(os.environ.get("FAKE_ENGINE_ITL_SCALE") or 1)  # a set-up's difference (issue 39)
     itl = ITL_MS * scale * (1 + random.gauss(0, LAUNCH_NOISE))
     sys.argv = ["fake_engine", *args, "--itl-ms", str(itl), "--ttft-ms", "5", "--answer-prefix", ANSWER_PREFIX]
     if SLOW_PROMPTS:

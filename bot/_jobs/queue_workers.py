@@ -158,8 +158,9 @@ def compare_request(config: core.Config, job: storage.Job, host: Host) -> Compar
     settings = app.compare_settings(config, rounds=job.args.get("rounds"), min_trials=launches, max_trials=launches,
                                     margin_pct=job.args.get("margin_pct"),
                                     profile="never" if job.args.get("calibration") else None)
+    base = app.base_arm(config, choice, list(job.args["modes"]), job.args.get("base_engine"))
     return app.compare_request(config, choice, host, job.args["head_ref"], job.args.get("base_ref"),
-                               list(job.args["modes"]), settings)
+                               list(job.args["modes"]), settings, base=base)
 
 
 def save_watch(result: app.WatchResult, host: str) -> Path:

@@ -98,6 +98,8 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", type=_name)
     p.add_argument("--modes", type=_modes)
     p.add_argument("--rounds", type=_positive, help="exactly N ABBA rounds (2N launches per arm and mode)")
+    p.add_argument("--base-engine", type=_name, help="launch the base arm from this engine entry (its own release, "
+                   "args or environment; same host and model); without --base both arms run the commit")
 
 
 def _calibrate_args(p: argparse.ArgumentParser) -> None:
@@ -189,7 +191,7 @@ def _help() -> str:
 @dataclass
 class Command:
     """A parsed command: ``name`` (one of :data:`SUBCOMMANDS`) and its options (``commit``,
-    ``base``, ``host``, ``engine``, ``modes``, ``rounds``, ``job``, ``launches``, ``change_pct``,
+    ``base``, ``host``, ``engine``, ``base_engine``, ``modes``, ``rounds``, ``job``, ``launches``, ``change_pct``,
     ``power``, ``seconds``, ``run``, ``base_only``), unset ones ``None``."""
 
     name: str

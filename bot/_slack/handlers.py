@@ -88,6 +88,9 @@ class SlackCommands:
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
                 elif cmd.name == "compare":
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
+                    if cmd.base_engine:  # the arms' set-ups must be one compare's (core._experiments.arms)
+                        app.base_arm(self.config, app.choose(self.config, engine, None, host), cmd.modes,
+                                     cmd.base_engine)
             except core.ConfigError as exc:
                 raise UsageError(str(exc)) from None
             if cmd.name == "watch" and host in self.config.hosts and self.config.hosts[host].kind == "slurm":
@@ -119,7 +122,11 @@ class SlackCommands:
             await ack(response_type="ephemeral", text=HELP)  # every command of COMMANDS, one example each
             self._audit(who, text, "help")
             return
-        if not self.slack.allow.allows(who[0], who[1], host, engine):
+        base_engine = cmd.options.get("base_engine")  # compare's base arm on another engine entry (allowed too)
+        denied = [e for e in ([engine] + ([base_engine] if base_engine is not None else []))
+                  if not self.slack.allow.allows(who[0], who[1], host, e)]
+        if denied:
+            engine = denied[0]
             where = " and ".join(x for x in (f"host {host}" if host else "", f"engine {engine}" if engine else "") if x)
             await ack(response_type="ephemeral",
                       text=f"refused: <@{who[0]}> in this channel is not allowed to use specperf"
@@ -214,13 +221,15 @@ class SlackCommands:
 
     async def _cmd_compare(self, cmd, who, body, host, engine):
         job = self._job("compare", who, body, host, engine,
-                        {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds})
+                        {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds,
+                         "base_engine": cmd.base_engine})
         if (refused := await self._resolve(job, host)) is not None:
             return refused
         base_sha, head_sha = job.args["base_sha"], job.args["head_sha"]
-        base = cmd.base or f"{cmd.commit}^"
+        base = cmd.base or (cmd.commit if cmd.base_engine else f"{cmd.commit}^")
+        on = f"engine `{engine}`" if not cmd.base_engine else f"base engine `{cmd.base_engine}` against engine `{engine}`"
         return await self._queue(job, who, body, f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` "
-                                 f"({base_sha[:10]}) on host `{host}`, engine `{engine}`, modes {', '.join(cmd.modes)}")
+                                 f"({base_sha[:10]}) on host `{host}`, {on}, modes {', '.join(cmd.modes)}")
 
     async def _cmd_calibrate(self, cmd, who, body, host, engine):
         """An A/A compare of ``--commit`` with ``--launches`` per arm and mode, stored as the

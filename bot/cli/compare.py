@@ -46,6 +46,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
     c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
     c.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
+    c.add_argument("--base-engine", metavar="NAME",
+                   help="launch the base arm from this engine entry of the config (another release's venv, other "
+                        "args or environment; same host and model), the commit's arm from --engine's; without "
+                        "--base, both arms run the commit")
+    c.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="set KEY=VALUE in the base arm's engine environment (repeatable): the arms then differ in "
+                        "that variable; without --base, both arms run the commit")
+    c.add_argument("--base-args", metavar="ARGS",
+                   help="append ARGS (one string, split as a shell would, never run by one) to the base arm's engine "
+                        "arguments: the last of a repeated option wins; without --base, both arms run the commit")
     experiment_args(c, "per arm and mode", "")
     c.add_argument("--profile", choices=["on-change", "always", "never"],
                    help="profile both arms after the verdicts and name the ops whose time per step moved: for a "
@@ -197,12 +207,19 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     choice = app.choose(config, args.engine, args.workload, args.host)
     if (recheck_of := getattr(args, "recheck_of", None)) is not None:  # its workload, not today's of that name
         choice = dataclasses.replace(choice, workload=core.WorkloadConfig.model_validate(recheck_of["workload"]))
+    modes = args.modes.split(",") if args.modes else None
+    base = app.base_arm(config, choice, modes, getattr(args, "base_engine", None), getattr(args, "base_env", None),
+                        getattr(args, "base_args", None))
     async with open_host(config, choice.host_name) as host:
-        request = app.compare_request(config, choice, host, args.commit, args.base,
-                                      args.modes.split(",") if args.modes else None, cli_settings(args, config),
-                                      args.force_clean)
+        request = app.compare_request(config, choice, host, args.commit, args.base, modes, cli_settings(args, config),
+                                      args.force_clean, base)
         base_sha, head_sha = await resolve_refs(request)  # bad refs stop here, before anything runs
-        if base_sha == head_sha:
+        set_up = request.set_up_differences()
+        if base is not None:
+            console.print(f"the base arm runs engine {base[0]}, the commit's arm engine {choice.engine_name}; their "
+                          "set-ups differ in: " + ("; ".join(set_up) or "nothing (an A/A of one set-up)"),
+                          markup=False, highlight=False)
+        if base_sha == head_sha and not set_up:
             console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
         db = database(config, args.db)
         goal = getattr(args, "calibration", None)  # specperf calibrate: an A/A run stored as a calibration
@@ -219,8 +236,9 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         def started(run_id: int) -> None:
             recorded["run_id"] = run_id
             client = host.client_where
+            on_base = f" on engine {base[0]}" if base is not None else ""
             console.print(f"run {run_id}: {choice.engine_name}, {args.commit} ({head_sha[:12]}) against "
-                          f"{base_sha[:12]}, modes {', '.join(request.modes)}, host {choice.host_name} ({host.where}; "
+                          f"{base_sha[:12]}{on_base}, modes {', '.join(request.modes)}, host {choice.host_name} ({host.where}; "
                           f"the benchmark client runs {client})", markup=False, highlight=False)
 
         if on_slurm:  # one Slurm job runs the whole compare on a node; its report is the stored run's

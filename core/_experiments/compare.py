@@ -50,6 +50,7 @@ from core._env.fingerprint import diff_snapshots
 from core._env.hygiene import clean_gpus
 from core._env.probe import ProbeError, probe_async
 from core._errors import ConfigError, EngineError, HostBusyError, SpecperfError, without_log_tail
+from core._experiments.arms import set_up_differences
 from core._experiments.categories import category_verdicts
 from core._experiments.outputs import compare_answers
 from core._experiments.profiling import INTERRUPTED, profile_mode, wanted
@@ -114,6 +115,18 @@ class CompareRequest:
     host: Host
     force_clean: bool = False
     profile_dir: str | None = None
+    base_engine_name: str | None = None  # the base arm's own set-up (core._experiments.arms), if any
+    base_engine: EngineConfig | None = None
+
+    def arm_engine(self, role: str) -> EngineConfig:
+        """The engine set-up of arm ``role`` (``base`` or ``head``): the base's own when it has
+        one, else the request's engine."""
+        return self.base_engine if role == "base" and self.base_engine is not None else self.engine
+
+    def set_up_differences(self) -> list[str]:
+        """What differs between the arms' engine set-ups, base -> head (``[]`` for a compare of
+        commits on one set-up): :func:`core._experiments.arms.set_up_differences`."""
+        return set_up_differences(self.base_engine, self.engine) if self.base_engine is not None else []
 
 
 class RunStatus(enum.StrEnum):
@@ -327,20 +340,28 @@ def memory_shares(engine: EngineConfig, modes: list[str]) -> list[str]:
 
 
 async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
-    """(base SHA, head SHA) in the engine's repo on the request's host; refs are validated
-    and resolved before anything runs.
+    """(base SHA, head SHA): the head's in the engine's repo, the base's in the base arm's
+    engine's repo (the same unless the base has a set-up of its own), on the request's host;
+    refs are validated and resolved before anything runs. Without ``base_ref`` the base is the
+    head's first parent, or, when the arms differ in set-up, the head's own commit resolved in
+    the base's repo (the same code on two set-ups).
 
     Raises:
         GitError: no repo configured, a bad ref, or a root commit without ``base_ref``.
         HostError: the host cannot be reached.
     """
-    repo = request.engine.repo
-    if not repo:
-        raise _git.GitError(f"engine {request.engine_name!r} has no repo; set engines.{request.engine_name}.repo")
+    repo, base_repo = request.engine.repo, request.arm_engine("base").repo
+    if not repo or not base_repo:
+        name = request.engine_name if not repo else request.base_engine_name
+        raise _git.GitError(f"engine {name!r} has no repo; set engines.{name}.repo")
     host = request.host
     head = await _git.resolve_commit(host, repo, request.head_ref)
-    base = (await _git.resolve_commit(host, repo, request.base_ref) if request.base_ref
-            else await _git.first_parent(host, repo, head))
+    if request.base_ref:
+        base = await _git.resolve_commit(host, base_repo, request.base_ref)
+    elif request.base_engine is not None:
+        base = await _git.resolve_commit(host, base_repo, request.head_ref)
+    else:
+        base = await _git.first_parent(host, repo, head)
     return base, head
 
 
@@ -406,25 +427,32 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
     for line in await clean_gpus(host, preflight, force_clean=request.force_clean, grace_s=engine.stop_grace_s):
         obs.progress(line)
     if settings.pairing == "concurrent" and ((preflight or {}).get("gpu") or {}).get("devices"):
-        for line in memory_shares(engine, request.modes):  # raises for a share that cannot fit twice
-            obs.progress(line)
+        for spec in {id(s): s for s in (request.arm_engine("base"), engine)}.values():
+            for line in memory_shares(spec, request.modes):  # raises for a share that cannot fit twice
+                obs.progress(line)
     engines: dict[str, tuple[EngineConfig, str]] = {}
+    set_up = request.set_up_differences()
     for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
-        obs.progress(f"preparing {role} {sha[:12]} on host {host.name}")
-        tree = await _git.worktree(host, engine.repo, sha)
-        prefix = f"{host.workdir}/builds/{sha}"
-        await build_commit(host, engine, tree, prefix, sha)
-        arm_engine = engine_for_commit(engine, tree, prefix)
+        spec = request.arm_engine(role)
+        obs.progress(f"preparing {role} {sha[:12]} on host {host.name}"
+                     + (f" (engine {request.base_engine_name})" if role == "base" and set_up else ""))
+        tree = await _git.worktree(host, spec.repo, sha)
+        # one build per commit and build command: two set-ups of one commit with other builds get a folder each
+        prefix = f"{host.workdir}/builds/{sha}" + (f"-{role}" if spec.build != engine.build else "")
+        await build_commit(host, spec, tree, prefix, sha)
+        arm_engine = engine_for_commit(spec, tree, prefix)
         result.imported[role] = await check_import(host, arm_engine, tree)
         engines[role] = (arm_engine, tree)
     full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
             for role in engines}
-    files = [] if result.base_sha == result.head_sha else \
+    files = [] if result.base_sha == result.head_sha or request.arm_engine("base").repo != engine.repo else \
         await _git.changed_files(host, engine.repo, result.base_sha, result.head_sha)
-    result.inert = inert_difference(files, result.base_sha, result.head_sha)
+    # arms that differ in set-up are never inert, whatever their commits
+    result.inert = None if set_up else inert_difference(files, result.base_sha, result.head_sha)
     obs.snapshot("commit-diff", {"files": files[:200], "inert": result.inert}, None)
+    result.arm_env_diff = list(set_up)  # the set-ups' difference first, then the snapshots'
     if all(full.values()):
-        result.arm_env_diff = arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
+        result.arm_env_diff += arm_differences(full["base"], full["head"], result.base_sha, result.head_sha)
     for line in await clean_gpus(host, full["head"] or full["base"], force_clean=request.force_clean,
                                  grace_s=engine.stop_grace_s):  # again: a newcomer during the builds
         obs.progress(line)
@@ -434,7 +462,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
     seq = 0
     if settings.pairing == "concurrent":  # the commit's engine beside the base's, on the next port
         head_engine, head_tree = engines["head"]
-        engines["head"] = (head_engine.model_copy(update={"port": head_engine.port + 1}), head_tree)
+        engines["head"] = (head_engine.model_copy(update={"port": engines["base"][0].port + 1}), head_tree)
     while undecided:
         for mode in undecided:
             if settings.pairing == "concurrent":

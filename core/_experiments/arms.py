@@ -1,0 +1,106 @@
+"""Arms beyond commits (issue 39): the base arm of a compare launched from another engine set-up
+than the commit's (another config entry: a venv with another release, other args or
+environment), so that a release upgrade, an engine flag or an environment variable gets the same
+interleaved, judged A/B as a commit.
+
+The two set-ups must serve the same model on the same host with the same workload (the workload
+is the request's, one for both); anything else about them may differ. What differs is said first
+in the report, as lines such as ``engine env SPECPERF_X: (unset) -> 1.0``, before the snapshots'
+differences.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from core._config import EngineConfig
+from core._errors import ConfigError
+from core._secret_rule import REDACTED, redact_args, redact_line, secret_name
+
+# what two set-ups of one compare must share: the same engine serving the same model on one host
+_SHARED = ("kind", "host", "model", "served_model_name")
+# what a set-up difference never is: where the engine listens (concurrent pairing moves it) and how
+# long specperf waits for it
+_NOT_SET_UP = ("port", "ready_timeout_s", "stop_grace_s", "build_timeout_s")
+
+
+def check_set_ups(base_name: str, base: EngineConfig, head_name: str, head: EngineConfig, modes: list[str]) -> None:
+    """Refuse two set-ups that cannot be one compare's arms.
+
+    Raises:
+        ConfigError: they differ in kind, host, model or served model name (naming the field and
+            both values), the base lacks one of ``modes``, or one has a repo and the other has
+            none (each arm's commit would mean different things).
+    """
+    for name in _SHARED:
+        if getattr(base, name) != getattr(head, name):
+            raise ConfigError(
+                f"the arms must serve the same model on the same host: base engine {base_name!r} has {name} = "
+                f"{getattr(base, name)!r} and engine {head_name!r} has {getattr(head, name)!r}; a compare's arms differ "
+                "in set-up (python, args, env, command, build, repo), not in what is served or where")
+    missing = [m for m in modes if m not in base.modes]
+    if missing:
+        raise ConfigError(f"base engine {base_name!r} has no mode {', '.join(missing)} (its modes: "
+                          f"{', '.join(base.modes)}); both arms are measured in every mode")
+    if bool(base.repo) != bool(head.repo):
+        with_repo = head_name if head.repo else base_name
+        raise ConfigError(f"engine {with_repo!r} has a repo and the other arm's engine has none: give both a repo "
+                          "(each arm's commit is then resolved in its own) or neither (the arms are the set-ups alone)")
+
+
+def with_overrides(engine: EngineConfig, env: list[str], args: str | None) -> EngineConfig:
+    """``engine`` with ``env`` (``KEY=VALUE`` items; an empty VALUE sets it empty) set in its
+    environment and ``args`` (a shell-like string, split by :func:`shlex.split`, never run by a
+    shell) appended to its common arguments: the last of a repeated option is the one vLLM's and
+    SGLang's argument parsers keep.
+
+    Raises:
+        ConfigError: an item without ``=`` or with a name that is not an environment variable's,
+            or ``args`` that do not split (an unclosed quote).
+    """
+    updates = dict(engine.env)
+    for item in env:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not key.replace("_", "").isalnum() \
+                or not key.isascii():
+            raise ConfigError(f"--base-env takes KEY=VALUE with KEY an environment variable's name, not {item!r}")
+        updates[key] = value
+    try:
+        extra = shlex.split(args) if args else []
+    except ValueError as exc:
+        raise ConfigError(f"--base-args {args!r} does not split into arguments: {exc}") from None
+    return engine.model_copy(update={"env": updates, "args": [*engine.args, *extra]})
+
+
+def set_up_differences(base: EngineConfig, head: EngineConfig) -> list[str]:
+    """What differs between two engine set-ups, one line per difference, base -> head: every
+    environment variable first (sorted by name), then the common args, each mode's args and the
+    other fields. ``[]`` when the set-ups are the same. Values of secret-looking names are
+    hidden (core._secret_rule): a changed token reads ``<redacted> -> <redacted>``."""
+    lines = []
+    for key in sorted(set(base.env) | set(head.env)):
+        before, after = base.env.get(key), head.env.get(key)
+        if before != after:
+            if secret_name(key):
+                before, after = (None if v is None else REDACTED for v in (before, after))
+            lines.append(f"engine env {key}: {_shown(before)} -> {_shown(after)}")
+    if base.args != head.args:
+        lines.append(f"engine args: {_argv(base.args)} -> {_argv(head.args)}")
+    for mode in sorted(set(base.modes) & set(head.modes)):
+        if base.modes[mode] != head.modes[mode]:
+            lines.append(f"engine mode {mode} args: {_argv(base.modes[mode])} -> {_argv(head.modes[mode])}")
+    skip = {"env", "args", "modes", *_SHARED, *_NOT_SET_UP}
+    for name in EngineConfig.model_fields:
+        if name not in skip and getattr(base, name) != getattr(head, name):
+            before, after = getattr(base, name), getattr(head, name)
+            shown = (_argv(before), _argv(after)) if isinstance(before, list) else (_shown(before), _shown(after))
+            lines.append(f"engine {name}: {shown[0]} -> {shown[1]}")
+    return lines
+
+
+def _shown(value: object) -> str:
+    return "(unset)" if value is None else repr(value) if value == "" else redact_line(str(value))
+
+
+def _argv(words: list) -> str:
+    return shlex.join(redact_args([str(w) for w in words])) if words else "(none)"

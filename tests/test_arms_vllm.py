@@ -1,0 +1,63 @@
+"""Arms beyond commits on the real CPU test engine (issue 39): ``specperf compare main --base-env
+SPECPERF_TESTEXT_STEP_SLOWDOWN=0`` with the embedded default config's engine given the test
+plugin's step slowdown (``SPECPERF_TESTEXT_STEP_SLOWDOWN = "1.0"``: every decode step busy-waits
+as long again, in every commit; scripts/make_engine_repo.py). The two arms run one commit on two
+set-ups that differ only in that variable: REGRESSION in both modes, the variable named first in
+what differs between the arms, in the terminal and the JSON report.
+
+Two pairs per mode in the embedded default's concurrent pairing (up to four if two leave the
+verdict open): about 8 engine starts, two at a time on CPU 1. The plant is about -60% of tok/s
+(a log change near -0.9; tests/test_history_vllm.py measured -61.9% for the same variable), at
+the default 3% margin; this tier's pair changes spread by up to 0.13 in log (the same test's
+notes), a ratio of about 7.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+
+import pytest
+
+from core._experiments.stats import REGRESSION
+from tests.conftest import free_port, record_verdict, specperf_in_process
+
+pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(1200)]
+
+VARIABLE = "SPECPERF_TESTEXT_STEP_SLOWDOWN"
+
+
+def _config(text: str, port: int) -> str:
+    """The embedded default config with the plugin's variable at 1.0 in the engine's environment,
+    on ``port`` (and port + 1: the second engine of the concurrent pairing), no profile round,
+    and the rest tier's load on the client's CPU and the hypervisor's steal not judged (as
+    tests/test_history_vllm.py)."""
+    for old, new in (("port = 8199", f"port = {port}"),
+                     ("env = { ", f'env = {{ {VARIABLE} = "1.0", '),
+                     ("min_trials = 4", 'min_trials = 2\ncooldown_s = 1\nprofile = "never"')):
+        assert text.count(old) == 1, old  # the default config still reads as this test expects
+        text = text.replace(old, new)
+    return text + "\n[compare.disturbance]\nclient_cpus_foreign_share = 1.0\nsteal_share = 1.0\n"
+
+
+def test_one_variable_between_two_set_ups_is_a_regression_with_the_variable_named_first(testenv, tmp_path,
+                                                                                          record_property):
+    config = tmp_path / "specperf.toml"
+    config.write_text(_config(resources.files("bot").joinpath("default.toml").read_text(), free_port(2)))
+    env = {**os.environ, "SPECPERF_TESTENV": str(testenv), "SPECPERF_HOME": str(tmp_path / "home")}
+    done = specperf_in_process(["--config", str(config), "compare", "main", "--base-env", f"{VARIABLE}=0",
+                                "--max-trials", "4", "--db", f"sqlite:///{tmp_path}/db.sqlite",
+                                "--json", str(tmp_path / "report.json")], env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = f"engine env {VARIABLE}: 0 -> 1.0"
+    assert f"their set-ups differ in: {first}" in done.stdout, done.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["environment"]["arms_differ"][0] == first, report["environment"]
+    for mode in ("baseline", "eagle3"):
+        verdict = report["modes"][mode]["verdict"]
+        record_verdict(record_property, mode, verdict)
+        assert verdict["verdict"] == REGRESSION, (mode, verdict)
+        assert -85.0 < verdict["change_pct"] < -30.0, (mode, verdict)  # only rules out nonsense
+    # the terminal says what differs where the verdict is shown
+    assert f"environment differs between the arms: {first}" in " ".join(done.stdout.split()), done.stdout
