@@ -120,7 +120,7 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
     profiles = {snap.phase.removeprefix("profile-"): snap.data for snap in stored.snapshots
                 if snap.phase.startswith("profile-")}
     return summarize(trials, verdicts, settings, stored_environment(stored), rows, disturbed,
-                     profiles=profiles), trials
+                     profiles=profiles, cost=stored.run.settings.get("cost")), trials
 
 
 def run_page(stored: storage.StoredRun) -> RunPage:

@@ -153,6 +153,8 @@ class RunStore(CompareObserver):
             run.reason = redact(result.reason)
             run.log_tail = redact(result.log_tail)
             run.finished_at = utcnow()
+            if result.engines_up_s:  # what the verdicts cost on the host (CompareResult.cost)
+                run.settings = {**run.settings, "cost": result.cost()}
             for role, imported in result.imported.items():
                 for arm in session.exec(select(Arm).where(Arm.run_id == self.run_id, Arm.role == role)):
                     arm.imported = imported

@@ -3,9 +3,10 @@ entry, ``--base-env``, ``--base-args``).
 
 The rules (core._experiments.arms) without an engine; bad input through the CLI, refused before
 anything runs; then the fake engine through the CLI: an environment variable that slows each
-token by 30% (``FAKE_ENGINE_ITL_SCALE``, tests/fake_engine_repo.py) in the commit's set-up and
+token by 50% (``FAKE_ENGINE_ITL_SCALE``, tests/fake_engine_repo.py) in the commit's set-up and
 not in the base's reads REGRESSION in both modes with the variable named first in what differs,
-stored and shown again; and the same entry on both sides never reads as a change. The real CPU
+stored and shown again, with what its verdicts cost on the host (issue 42's GPU time); and the
+same entry on both sides never reads as a change. The real CPU
 test engine's version is tests/test_arms_vllm.py.
 """
 
@@ -73,18 +74,18 @@ def test_set_ups_that_serve_another_model_or_lack_a_mode_are_refused():
 
 
 def _config(tmp_path: Path, repo: Path, port: int, more: str = "") -> Path:
-    """Three entries of the fake engine: ``fake`` with every token 30% slower (the commit's set-up
+    """Three entries of the fake engine: ``fake`` with every token 50% slower (the commit's set-up
     in these tests), ``other-model``, which serves something else, and ``baseline-only``."""
     config = tmp_path / "specperf.toml"
     engine = (f'kind = "command"\nrepo = "{repo}"\nsource_dir = "src"\nsource_package = "fake_engine"\n'
               f'python = "{sys.executable}"\ncommand = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\n'
               f'port = {port}\nready_timeout_s = 20\nstop_grace_s = 3\n')
     config.write_text(
-        f'[engines.fake]\n{engine}env = {{ PYTHONPATH = "{ROOT}", FAKE_ENGINE_ITL_SCALE = "1.3" }}\n'
+        f'[engines.fake]\n{engine}env = {{ PYTHONPATH = "{ROOT}", FAKE_ENGINE_ITL_SCALE = "1.5" }}\n'
         '[engines.fake.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
         f'[engines.other-model]\n{engine}model = "/elsewhere"\nenv = {{ PYTHONPATH = "{ROOT}" }}\n'
         f'[engines.baseline-only]\n{engine}env = {{ PYTHONPATH = "{ROOT}" }}\n'
-        '[compare]\nmin_trials = 4\nmax_trials = 6\ncooldown_s = 0\non_disturbed = "keep"\nprofile = "never"\n'
+        '[compare]\nmin_trials = 4\nmax_trials = 8\ncooldown_s = 0\non_disturbed = "keep"\nprofile = "never"\n'
         'modes = ["baseline", "eagle3"]\n'
         '[workloads.default]\noutput_len = 128\nconcurrency = 2\nrequests = 8\nwarmup_requests = 1\n' + more)
     return config
@@ -114,7 +115,7 @@ def test_an_environment_variable_in_one_set_up_reads_as_a_regression_named_first
                                 "FAKE_ENGINE_ITL_SCALE=1", "--db", db, "--json", str(tmp_path / "report.json")],
                                cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    first = "engine env FAKE_ENGINE_ITL_SCALE: 1 -> 1.3"
+    first = "engine env FAKE_ENGINE_ITL_SCALE: 1 -> 1.5"
     assert f"the base arm runs engine fake, the commit's arm engine fake; their set-ups differ in: {first}" \
         in done.stdout, done.stdout
     assert "A/A" not in done.stdout  # one commit on both sides, but not one set-up
@@ -122,14 +123,26 @@ def test_an_environment_variable_in_one_set_up_reads_as_a_regression_named_first
     for mode in ("baseline", "eagle3"):
         verdict = report["modes"][mode]["verdict"]
         record_verdict(record_property, mode, verdict)
-        # ITL x 1.3 is -23% tok/s; the fake engine's launch noise is 0.4%
-        assert verdict["verdict"] == REGRESSION and -30 < verdict["change_pct"] < -15, (mode, verdict)
+        # ITL x 1.5 is -33% tok/s; the fake engine's launch noise is 0.4%, but its eagle3 windows
+        # (128 tokens at 1-1.5 ms) are short enough for the rest tier's load to move a pair by
+        # tens of percent: at ITL x 1.3 beside the engine tier, eagle3 read INCONCLUSIVE -19.7%
+        # (-63.8 .. ) after 6 pairs (2026-12-07)
+        assert verdict["verdict"] == REGRESSION and -45 < verdict["change_pct"] < -20, (mode, verdict)
     assert report["environment"]["arms_differ"][0] == first, report["environment"]
+    # what the verdicts cost (issue 42): every launch's engine up, launch to stop, and the share
+    # of that in measured windows (8 requests of 128 tokens at ITL 1-3 ms: under half a second
+    # of each launch's second or more)
+    cost = report["cost"]
+    assert cost["launches"] == len(report["launches"]) >= 16, cost
+    assert 0 < cost["measured_s"] < cost["engines_up_s"] and 0 < cost["measured_share"] < 1, cost
+    assert cost["line"].startswith(f"GPU time {cost['engines_up_s']:.0f} s (engines up, {cost['launches']} launches), ")
+    assert cost["line"] in done.stdout, done.stdout
     shown = specperf_in_process(["--config", str(config), "show", str(report["run_id"]), "--db", db, "--json",
                                  str(tmp_path / "shown.json")], cwd=tmp_path)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     stored = json.loads((tmp_path / "shown.json").read_text())
     assert stored["environment"]["arms_differ"][0] == first
+    assert stored["cost"] == cost  # kept with the run
     assert [c for c in stored.get("history", []) if c["role"] == "base"] == []  # another set-up: no past level
     assert "against base (" in shown.stdout  # the base ref is the commit itself, not its parent
 

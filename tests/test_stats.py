@@ -134,3 +134,14 @@ def test_speedup_and_its_change():
     assert change.ci_high < 1
     assert speedup([1.0], [2.0]) is None
     assert math.isclose(speedup([2, 2], [4, 4]).ci_low, 2.0)
+
+
+def test_the_cost_line_gives_the_gpu_time_and_the_share_in_measured_windows():
+    """A compare's cost (issue 42: CompareResult.cost) in one line, minutes from a minute up."""
+    from core._experiments.report import cost_line
+
+    assert cost_line({"engines_up_s": 276.0, "measured_s": 96.6, "launches": 16, "measured_share": 0.35}) == (
+        "GPU time 4.6 min (engines up, 16 launches), 35% of it in measured windows; the rest is start-up, warm-up "
+        "and stops")
+    assert cost_line({"engines_up_s": 41.0, "measured_s": 0.0, "launches": 2, "measured_share": None}) == (
+        "GPU time 41 s (engines up, 2 launches)")

@@ -135,6 +135,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
         context += f" | Slurm job {slurm.get('job_id')} on node `{slurm.get('node')}`"
     if run.settings.get("client") not in (None, "local"):
         context += f" | benchmark client {run.settings['client']}"
+    if cost := report.get("cost"):
+        context += f" | {cost['line']}"
     environment = report.get("environment") or {}
     notes = []
     if environment.get("arms_differ"):

@@ -267,7 +267,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         return failure(result.error, EXIT_ENGINE)[1]  # no error kept: the default, an engine failure
     trials = figures(result, request.settings.pairing)
     report = summarize(trials, result.verdicts, request.settings, {"arms_differ": result.arm_env_diff},
-                       result.launches(), result.disturbed, plans, result.profiles)
+                       result.launches(), result.disturbed, plans, result.profiles, result.cost())
     report["client"] = "local" if host.is_local else host.client_where  # as the run's settings["client"]
     add_history(db, storage.load_run(db, run_id), report)
     _emit(console, args, run_id, report, trials, title)

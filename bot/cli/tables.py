@@ -21,7 +21,8 @@ def _pct(value: float | None) -> str:
 def print_report(console: Console, report: dict, title: str) -> None:
     """A busy host first, then both modes side by side, what limited each verdict, the
     disturbed launches, then EAGLE-3's speedup over baseline on each side, where the
-    benchmark client ran (``report["client"]``, unless local), and each arm against the
+    benchmark client ran (``report["client"]``, unless local), what the verdicts cost on the
+    host (``report["cost"]``), and each arm against the
     earlier runs of its commit (``report["history"]``, :func:`bot._runs.history_checks`)."""
     if report.get("headline"):
         console.print(Text(report["headline"], style="bold yellow"))
@@ -68,6 +69,8 @@ def print_report(console: Console, report: dict, title: str) -> None:
             console.print(f"  {mode} speedup over baseline: {parts}", markup=False, highlight=False)
     if report.get("client") not in (None, "local"):
         console.print(f"  benchmark client: {report['client']}", markup=False, highlight=False)
+    if cost := report.get("cost"):
+        console.print(f"  {cost['line']}", markup=False, highlight=False)
     for check in report.get("history") or []:
         console.print(f"  history: {check['line']}", markup=False, highlight=False)
 

@@ -167,6 +167,20 @@ class CompareResult:
     log_tail: str | None = None
     error: SpecperfError | None = field(default=None, repr=False, compare=False)  # what ended a failed run
     inert: str | None = None  # what makes the arms' code the same (:func:`inert_difference`), if anything
+    engines_up_s: float = 0.0  # wall time with an engine of the arms up, launch to stop (:meth:`cost`)
+
+    def cost(self) -> dict:
+        """What the verdicts cost on the host (issue 42): ``engines_up_s``, the wall time during
+        which an engine of the arms was up (each launch, or each concurrent pair, from its start
+        to its engine's stop: start-up, readiness, warm-up, the measured window, the stop; not the
+        builds, probes, cool-downs or the profile round), ``measured_s``, the sum of the trials'
+        measured windows (``Sample.window_s``: under concurrent pairing each arm's own turns),
+        their share ``measured_share`` (0..1, ``None`` when nothing was up), and ``launches``.
+        On a GPU host ``engines_up_s`` is the GPU time the arms held."""
+        windows = [t.sample.window_s for by_role in self.trials.values() for arm in by_role.values() for t in arm]
+        up = round(self.engines_up_s, 1)
+        return {"engines_up_s": up, "measured_s": round(sum(windows), 1), "launches": len(windows),
+                "measured_share": round(sum(windows) / self.engines_up_s, 3) if self.engines_up_s > 0 else None}
 
     def launches(self) -> list[dict]:
         """Every launch in order with its disturbance (:func:`core._experiments.report.launch_rows`)."""
@@ -469,7 +483,9 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                 for first in (0, 1):  # base takes the first turn, then the commit
                     arms = tuple(Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                                  for role in ("base", "head"))
+                    up_since = time.monotonic()
                     trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first)
+                    result.engines_up_s += time.monotonic() - up_since
                     for offset, (arm, trial) in enumerate(zip(arms, trials), start=1):
                         result.trials[mode][arm.role].append(trial)
                         result.seqs[mode][arm.role].append(seq + offset)
@@ -481,7 +497,9 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
             for role in round_order(len(result.trials[mode]["base"]) // 2):
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
+                up_since = time.monotonic()
                 trial = await _one_trial(request, obs, arm, seq, *engines[role])
+                result.engines_up_s += time.monotonic() - up_since
                 result.trials[mode][role].append(trial)
                 result.seqs[mode][role].append(seq)
                 result.windows[seq] = trial.window

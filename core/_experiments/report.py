@@ -85,6 +85,29 @@ class DisturbanceReport(TypedDict):
     culprits: list[str]
 
 
+class CostReport(TypedDict):
+    """What a compare's verdicts cost on the host (core._experiments.compare.CompareResult.cost),
+    with its ``line`` (:func:`cost_line`)."""
+
+    engines_up_s: float
+    measured_s: float
+    launches: int
+    measured_share: float | None
+    line: str
+
+
+def cost_line(cost: dict) -> str:
+    """One line of what a compare cost: ``GPU time 4.6 min (engines up, 16 launches), 38% of it
+    in measured windows; the rest is start-up, warm-up and stops``. The share says how much of
+    the GPU time more windows per launch could still use (issue 42)."""
+    up = cost["engines_up_s"]
+    share = cost.get("measured_share")
+    spent = f"{up / 60:.1f} min" if up >= 60 else f"{up:.0f} s"
+    tail = (f", {share:.0%} of it in measured windows; the rest is start-up, warm-up and stops"
+            if share is not None else "")
+    return f"GPU time {spent} (engines up, {cost['launches']} launches){tail}"
+
+
 class CompareReport(TypedDict):
     """The report of a compare as it crosses to the front ends and into ``--json``: a busy
     host's headline, the settings, each mode's figures, verdict and what limited it, the
@@ -92,8 +115,9 @@ class CompareReport(TypedDict):
     environment; ``client``, added by the front ends: where the benchmark client ran (the
     run's ``settings["client"]``: ``local``, ``here, through an SSH tunnel``, ``on the host,
     beside the engine``, ...); ``history``, added by the front ends: each arm against the
-    earlier runs of its commit (:meth:`core._history.check.HistoryCheck.to_dict`). A typed dict, so the JSON
-    shape is the type."""
+    earlier runs of its commit (:meth:`core._history.check.HistoryCheck.to_dict`); ``cost``,
+    when known: what the verdicts cost on the host (:class:`CostReport`). A typed dict, so the
+    JSON shape is the type."""
 
     headline: str | None
     settings: dict
@@ -104,6 +128,7 @@ class CompareReport(TypedDict):
     environment: Environment
     client: NotRequired[str]
     history: NotRequired[list[dict]]
+    cost: NotRequired[CostReport]
 
 
 def _speedup_dict(s: Speedup | None) -> dict | None:
@@ -241,14 +266,16 @@ def _headline(rows: list[dict], disturbed: dict[int, Disturbance], settings: Com
 def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, Verdict],
               settings: CompareConfig, environment: Environment | None = None, launches: list[dict] | None = None,
               disturbed: dict[int, Disturbance] | None = None,
-              calibration: dict[str, Plan] | None = None, profiles: dict[str, dict] | None = None) -> CompareReport:
+              calibration: dict[str, Plan] | None = None, profiles: dict[str, dict] | None = None,
+              cost: dict | None = None) -> CompareReport:
     """The report: per mode, medians of each arm (trials in the statistics), the verdict, its
     evidence and what limited it; per speculative mode, its speedup over ``baseline`` on each
     side and the change of that speedup; every launch with its disturbance (``launches``, from
     :func:`launch_rows`) and a headline when the host was busy. ``calibration``: per mode the
     host's plan from ``specperf calibrate`` (core._experiments.calibrate), cited when a verdict is
     INCONCLUSIVE. ``profiles``: per profiled mode its profile round's document, as the mode's
-    ``profile``.
+    ``profile``. ``cost``: what the verdicts cost on the host
+    (core._experiments.compare.CompareResult.cost), as the report's ``cost`` with its line.
 
     Returns a JSON-ready dict::
 
@@ -258,7 +285,8 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
          "speedups": {mode: {"base": Speedup, "head": Speedup, "change": Speedup}},
          "launches": [{"seq", "mode", "role", "output_tok_s", "disturbed": [reason], "kept"}],
          "disturbance": {"policy", "disturbed_trials", "trials", "culprits": [line]},
-         "environment": {"arms_differ": [line, ...]}}
+         "environment": {"arms_differ": [line, ...]},
+         "cost": {"engines_up_s", "measured_s", "launches", "measured_share", "line"}}  (when known)
     """
     rows, disturbed = launches or [], disturbed or {}
     modes: dict[str, ModeReport] = {}
@@ -295,11 +323,15 @@ def summarize(trials: dict[str, dict[str, list[ArmTrial]]], verdicts: dict[str, 
                 "head": _speedup_dict(speedup(*tok["head"])),
                 "change": _speedup_dict(speedup_change(tok["base"], tok["head"])),
             }
-    return {"headline": _headline(rows, disturbed, settings) if rows else None,
-            "settings": settings.model_dump(), "modes": modes, "speedups": speedups, "launches": rows,
-            "disturbance": {"policy": settings.on_disturbed, "disturbed_trials": len(disturbed), "trials": len(rows),
-                            "culprits": culprit_lines(disturbed)},
-            "environment": environment or {"arms_differ": []}}
+    report: CompareReport = {
+        "headline": _headline(rows, disturbed, settings) if rows else None,
+        "settings": settings.model_dump(), "modes": modes, "speedups": speedups, "launches": rows,
+        "disturbance": {"policy": settings.on_disturbed, "disturbed_trials": len(disturbed), "trials": len(rows),
+                        "culprits": culprit_lines(disturbed)},
+        "environment": environment or {"arms_differ": []}}
+    if cost:
+        report["cost"] = cast(CostReport, {**cost, "line": cost_line(cost)})
+    return report
 
 
 def render_chart(trials: dict[str, dict[str, list[ArmTrial]]], path: Path, title: str,

@@ -458,6 +458,8 @@ def _run_html(r: RunPage, chart: str | None, series_pages: dict[tuple[str, str, 
                            + (f"<ul>{limits}</ul>" if limits else "") + "</li>")
     if reasons:
         parts.append("<h2>Why</h2>\n<ul id=\"reasons\">" + "".join(reasons) + "</ul>")
+    if cost := report.get("cost"):
+        parts.append(f'<p id="cost">{_e(cost["line"])}</p>')
     differ = (report.get("environment") or {}).get("arms_differ") or []
     parts.append("<h2>Fingerprint differences between the arms</h2>\n" + (
         "<ul id=\"fingerprint\">" + "".join(f"<li>{_e(line)}</li>" for line in differ) + "</ul>" if differ
