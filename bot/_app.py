@@ -119,7 +119,8 @@ def base_arm(config: core.Config, choice: Choice, modes: list[str] | None, engin
              env: list[str] | None = None, args: str | None = None) -> tuple[str, core.EngineConfig] | None:
     """The base arm's own engine set-up (issue 39, core._experiments.arms), checked against the
     chosen engine's for ``modes`` (``None``: the compare's default modes): config entry
-    ``engine`` (default: the chosen engine's), on the chosen host and port, with ``env`` (``KEY=VALUE``
+    ``engine`` (default: the chosen engine's), on the compare's port (and on ``--host`` when that
+    moved the chosen engine), with ``env`` (``KEY=VALUE``
     items) set and ``args`` appended; ``None`` when none of them is given (the arms differ only
     in their commits).
 
@@ -130,8 +131,11 @@ def base_arm(config: core.Config, choice: Choice, modes: list[str] | None, engin
     if engine is None and not env and not args:
         return None
     name = engine or choice.engine_name
-    # on the chosen host and the compare's port: where an arm listens is no set-up difference
-    spec = config.engine(name).model_copy(update={"host": choice.host_name, "port": choice.engine.port})
+    spec = config.engine(name)
+    # on the compare's port (where an arm listens is no set-up difference), and on --host when it
+    # moved the commit's engine; otherwise an entry of another host is refused by check_set_ups
+    moved = config.engine(choice.engine_name).host != choice.host_name
+    spec = spec.model_copy(update={"host": choice.host_name if moved else spec.host, "port": choice.engine.port})
     spec = with_overrides(spec, env or [], args)
     check_set_ups(name, spec, choice.engine_name, choice.engine, resolve_modes(config, choice.engine_name, modes))
     return name, spec
