@@ -16,6 +16,7 @@ from core._config import Config, EngineConfig
 from core._env.checks import Check, CheckStatus, run_checks, worst
 from core._env.probe import probe_async
 from core._errors import ConfigError
+from core._experiments.arms import check_set_ups
 from core._experiments.compare import (
     CompareObserver,
     CompareRequest,
@@ -78,26 +79,35 @@ def _host(config: Config, name: str, workdir: str | Path | None) -> Host:
 async def compare_commit(config: Config, commit: str, *, base: str | None = None, engine: str | None = None,
                          workload: str = "default", modes: list[str] | None = None, host: str | None = None,
                          workdir: str | Path | None = None, wait: bool = True,
-                         observer: CompareObserver | None = None) -> CompareResult:
+                         observer: CompareObserver | None = None, base_engine: str | None = None) -> CompareResult:
     """Compare ``commit`` against ``base`` (default: its first parent) on ``engine`` (default:
     the only one) and its host (or ``host``), holding the host's lock (``wait``: wait for a busy
-    host, else raise). Nothing is stored; ``observer`` hears the progress.
+    host, else raise). Nothing is stored; ``observer`` hears the progress. ``base_engine``: the
+    base arm on that engine entry's set-up (issue 39, core._experiments.arms; default base: the
+    commit itself).
 
     Returns:
         The :class:`CompareResult`: ``status`` (a :class:`RunStatus`), ``verdicts`` by mode
         (each a :class:`Verdict` whose ``verdict`` is a :class:`VerdictKind`), the trials.
 
     Raises:
-        ConfigError: an unknown engine, workload, host or mode.
+        ConfigError: an unknown engine, workload, host or mode, or a base engine that cannot
+            be the other arm (another model or host, a mode it lacks).
         GitError: a bad ref (before anything runs).
         HostError: the host cannot be reached, or is busy and ``wait`` is false.
     """
     name = _only(config.engines, engine, "engine")
     spec = config.engine(name)
+    chosen = engine_modes(config, name, modes)
+    other = None
+    if base_engine is not None:
+        other = config.engine(base_engine).model_copy(update={"port": spec.port})
+        check_set_ups(base_engine, other, name, spec, chosen)
     async with _host(config, host or spec.host, workdir) as target:
         request = CompareRequest(engine_name=name, engine=spec, workload_name=workload,
                                  workload=config.workload(workload), head_ref=commit, base_ref=base,
-                                 modes=engine_modes(config, name, modes), settings=config.compare, host=target)
+                                 modes=chosen, settings=config.compare, host=target,
+                                 base_engine_name=base_engine, base_engine=other)
         shas = await resolve_refs(request)
         async with target.lock(lock_owner(f"compare {shas[1][:12]}"), wait=wait):
             return await compare(request, observer, shas=shas)
