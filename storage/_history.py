@@ -228,7 +228,8 @@ def load_findings(db: Engine, *, since: dt.datetime, engine_name: str | None = N
             query = query.where(Run.engine_name == engine_name)
         if host:
             query = query.where(Run.host == host)
-        runs = [r for r in session.exec(query) if _aware(r.created_at) >= since]
+        # a compare of two engine set-ups (settings["arms"]) is no finding about its commits
+        runs = [r for r in session.exec(query) if _aware(r.created_at) >= since and not (r.settings or {}).get("arms")]
         bisects = {r.id for r in runs if r.kind == "bisect"}
         steps = {int(rid) for r in runs if r.kind == "bisect"
                  for rid in (s.get("compare_run_id") for s in (r.settings.get("bisect") or {}).get("steps", [])) if rid}

@@ -43,10 +43,12 @@ class RunStore(CompareObserver):
         """Insert the run (status running, owned by this process, whose lease is kept alive from
         now on) and return its id; ``extra`` is merged into its settings. A base arm on a set-up
         of its own (core._experiments.arms) is kept as ``settings["arms"]``: ``base_engine`` (its
-        name), ``set_up`` (what differs, base -> head) and ``base_engine_config`` (secrets hidden)."""
+        name), ``set_up`` (what differs, base -> head) and ``base_engine_config`` (secrets hidden),
+        unless the two set-ups are the same."""
         keep_alive(self.db)
-        arms = {} if request.base_engine is None else {"arms": {
-            "base_engine": request.base_engine_name, "set_up": request.set_up_differences(),
+        set_up = request.set_up_differences()  # none: one set-up on both sides, an A/A of it like any other
+        arms = {} if not set_up or request.base_engine is None else {"arms": {
+            "base_engine": request.base_engine_name, "set_up": redact(set_up),
             "base_engine_config": redact(request.base_engine.model_dump())}}
         default_base = request.head_ref if request.base_engine is not None else f"{request.head_ref}^"
         with Session(self.db) as session:

@@ -67,9 +67,10 @@ def test_set_ups_that_serve_another_model_or_lack_a_mode_are_refused():
     with pytest.raises(core.ConfigError, match="base engine 'old' has no mode eagle3"):
         check_set_ups("old", ENGINE.model_copy(update={"modes": {"baseline": []}}), "new", ENGINE,
                       ["baseline", "eagle3"])
-    with pytest.raises(core.ConfigError, match="has a repo and the other arm's engine has none"):
+    with pytest.raises(core.ConfigError, match="engine 'new' has no repo"):
         check_set_ups("old", ENGINE.model_copy(update={"repo": "/src/vllm"}), "new", ENGINE, ["baseline"])
-    check_set_ups("old", ENGINE.model_copy(update={"python": "/venv/bin/python", "port": 1}), "new", ENGINE,
+    with_repo = ENGINE.model_copy(update={"repo": "/src/vllm"})
+    check_set_ups("old", with_repo.model_copy(update={"python": "/venv/bin/python", "port": 1}), "new", with_repo,
                   ["baseline", "eagle3"])  # another release's venv: a set-up difference
 
 

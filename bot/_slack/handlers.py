@@ -88,9 +88,8 @@ class SlackCommands:
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
                 elif cmd.name == "compare":
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
-                    if cmd.base_engine:  # the arms' set-ups must be one compare's (core._experiments.arms)
-                        app.base_arm(self.config, app.choose(self.config, engine, None, host), cmd.modes,
-                                     cmd.base_engine)
+                    if cmd.base_engine:  # the set-ups are checked after the allow-list (_resolve)
+                        self.config.engine(cmd.base_engine)
             except core.ConfigError as exc:
                 raise UsageError(str(exc)) from None
             if cmd.name == "watch" and host in self.config.hosts and self.config.hosts[host].kind == "slurm":
@@ -211,10 +210,11 @@ class SlackCommands:
 
     async def _resolve(self, job, host):
         """Resolve ``job``'s refs on ``host`` into ``job.args`` (``base_sha``, ``head_sha``);
-        ``None``, or the usage-error reply for a ref that names no commit."""
+        ``None``, or the usage-error reply for a ref that names no commit or a base engine that
+        cannot be the other arm (checked here, after the allow-list)."""
         try:
             base_sha, head_sha = await resolve_refs(compare_request(self.config, job, self.queue.host(host)))
-        except core.GitError as exc:
+        except (core.GitError, core.ConfigError) as exc:  # a bad ref; set-ups that cannot be one compare's arms
             return f"usage error: {escape(str(exc))}", f"usage error: {exc}", None
         job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
         return None

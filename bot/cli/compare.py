@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "that variable; without --base, both arms run the commit")
     c.add_argument("--base-args", metavar="ARGS",
                    help="append ARGS (one string, split as a shell would, never run by one) to the base arm's engine "
-                        "arguments: the last of a repeated option wins; without --base, both arms run the commit")
+                        "arguments: the last of a repeated option wins; write --base-args=\"--flag ...\" when ARGS "
+                        "begins with --; without --base, both arms run the commit")
     experiment_args(c, "per arm and mode", "")
     c.add_argument("--profile", choices=["on-change", "always", "never"],
                    help="profile both arms after the verdicts and name the ops whose time per step moved: for a "

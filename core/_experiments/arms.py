@@ -29,8 +29,8 @@ def check_set_ups(base_name: str, base: EngineConfig, head_name: str, head: Engi
 
     Raises:
         ConfigError: they differ in kind, host, model or served model name (naming the field and
-            both values), the base lacks one of ``modes``, or one has a repo and the other has
-            none (each arm's commit would mean different things).
+            both values), the base lacks one of ``modes``, or either has no repo (each arm's
+            commit is resolved in its own; arms without any commit are not offered).
     """
     for name in _SHARED:
         if getattr(base, name) != getattr(head, name):
@@ -42,10 +42,10 @@ def check_set_ups(base_name: str, base: EngineConfig, head_name: str, head: Engi
     if missing:
         raise ConfigError(f"base engine {base_name!r} has no mode {', '.join(missing)} (its modes: "
                           f"{', '.join(base.modes)}); both arms are measured in every mode")
-    if bool(base.repo) != bool(head.repo):
-        with_repo = head_name if head.repo else base_name
-        raise ConfigError(f"engine {with_repo!r} has a repo and the other arm's engine has none: give both a repo "
-                          "(each arm's commit is then resolved in its own) or neither (the arms are the set-ups alone)")
+    if not base.repo or not head.repo:
+        without = base_name if not base.repo else head_name
+        raise ConfigError(f"engine {without!r} has no repo: each arm's commit is resolved in its engine's repo "
+                          f"(set engines.{without}.repo; both entries may name the same one)")
 
 
 def with_overrides(engine: EngineConfig, env: list[str], args: str | None) -> EngineConfig:

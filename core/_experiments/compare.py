@@ -40,6 +40,8 @@ import asyncio
 import dataclasses
 import enum
 import functools
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -223,6 +225,11 @@ def request_doc(record: RequestRecord) -> dict:
 _INERT_SUFFIXES = (".md", ".rst", ".txt", ".adoc")
 _INERT_NAMES = ("LICENSE", "NOTICE", "AUTHORS", "CODEOWNERS", "CHANGELOG", ".gitignore", ".mailmap")
 _INERT_FOLDERS = ("docs/", ".github/")
+
+
+def _build_digest(engine: EngineConfig) -> str:
+    """12 hex digits of what a build runs (its argv and the engine's ``python``)."""
+    return hashlib.sha256(json.dumps([engine.build, engine.python]).encode()).hexdigest()[:12]
 
 
 def inert_difference(files: list[str], base_sha: str, head_sha: str) -> str | None:
@@ -451,8 +458,10 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
         obs.progress(f"preparing {role} {sha[:12]} on host {host.name}"
                      + (f" (engine {request.base_engine_name})" if role == "base" and set_up else ""))
         tree = await _git.worktree(host, spec.repo, sha)
-        # one build per commit and build command: two set-ups of one commit with other builds get a folder each
-        prefix = f"{host.workdir}/builds/{sha}" + (f"-{role}" if spec.build != engine.build else "")
+        # one build per commit and build (command and python): another set-up's build of one commit gets a folder
+        # of its own, named by a digest of what it runs
+        digest = _build_digest(spec)
+        prefix = f"{host.workdir}/builds/{sha}" + (f"-{digest}" if digest != _build_digest(engine) else "")
         await build_commit(host, spec, tree, prefix, sha)
         arm_engine = engine_for_commit(spec, tree, prefix)
         result.imported[role] = await check_import(host, arm_engine, tree)
@@ -585,8 +594,9 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
                      engine: EngineConfig, tree: str) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
     try:
+        name = request.base_engine_name if arm.role == "base" and request.base_engine_name else request.engine_name
         trial = await measure(
-            request.engine_name, engine, arm.mode, request.workload_name, request.workload,
+            name, engine, arm.mode, request.workload_name, request.workload,
             f"{request.host.workdir}/logs", host=request.host, cwd=tree,
             on_launch=lambda process: obs.trial_launched(arm, seq, process),
         )
