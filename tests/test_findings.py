@@ -229,9 +229,12 @@ async def test_a_period_of_no_change_compares_over_a_flat_series_is_quiet(tmp_pa
     since = dt.datetime.now(UTC) - dt.timedelta(days=1)
     runs = storage.load_findings(db, since=since)
     assert not runs  # nothing stored beyond the margin, no bisect, no failure
-    # NO CHANGE each (on a loaded machine one may stay INCONCLUSIVE: not a finding either)
+    # never a change between commits that run the same speed (issue 41: an A/A asserts what the
+    # statistics promise, no false change, never a particular verdict; NO CHANGE each on a quiet
+    # machine, and all three INCONCLUSIVE in a CI-like run of 2026-12-07 whose rest tier shared
+    # CPU 0 with more load than usual: not a finding either)
     stored = [v.verdict for _, verdicts in storage.list_runs(db) for v in verdicts]
-    assert len(stored) == 3 and set(stored) <= {"NO CHANGE", "INCONCLUSIVE"} and "NO CHANGE" in stored, stored
+    assert len(stored) == 3 and set(stored) <= {"NO CHANGE", "INCONCLUSIVE"}, stored
     summary = build_summary(storage.load_series(db), since=since, runs=runs, margin_pct=SETTINGS.margin_pct)
     assert summary.quiet, summary.headline
     assert summary.headline.startswith("Quiet: 4 commits measured in the last 1 day across 1 series")
