@@ -213,6 +213,25 @@ def default_config(testenv: Path) -> core.Config:
                                  "<embedded default config>")
 
 
+def slowed_default_config(path: Path, slowdown: str, *edits: tuple[str, str]) -> Path:
+    """bot/default.toml written to ``path`` with the test plugin's step slowdown
+    (``SPECPERF_TESTEXT_STEP_SLOWDOWN = slowdown`` in the engine's environment:
+    scripts/make_engine_repo.py), on a free port and the next (the second engine of the concurrent
+    pairing), a 1 s cool-down and no profile round, each ``(old, new)`` of ``edits`` applied
+    (old found once), and the rest tier's load on the client's CPU and the hypervisor's steal
+    not judged (scripts/test shares the client's CPU with the rest tier by design)."""
+    from importlib import resources
+
+    text = resources.files("bot").joinpath("default.toml").read_text()
+    for old, new in (("port = 8199", f"port = {free_port(2)}"),
+                     ("env = { ", f'env = {{ SPECPERF_TESTEXT_STEP_SLOWDOWN = "{slowdown}", '),
+                     ("[compare]\n", '[compare]\ncooldown_s = 1\nprofile = "never"\n'), *edits):
+        assert text.count(old) == 1, old  # the default config still reads as these tests expect
+        text = text.replace(old, new)
+    path.write_text(text + "\n[compare.disturbance]\nclient_cpus_foreign_share = 1.0\nsteal_share = 1.0\n")
+    return path
+
+
 def free_port(span: int = 1) -> int:
     """A TCP port P on 127.0.0.1 such that P .. P + span - 1 all bind now, picked below the
     kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel hands

@@ -19,35 +19,20 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
-
 import pytest
 
 from core._experiments.stats import REGRESSION
-from tests.conftest import free_port, record_verdict, specperf_in_process
+from tests.conftest import record_verdict, slowed_default_config, specperf_in_process
 
 pytestmark = [pytest.mark.engine, pytest.mark.launch, pytest.mark.timeout(1200)]
 
 VARIABLE = "SPECPERF_TESTEXT_STEP_SLOWDOWN"
 
 
-def _config(text: str, port: int) -> str:
-    """The embedded default config with the plugin's variable at 1.0 in the engine's environment,
-    on ``port`` (and port + 1: the second engine of the concurrent pairing), no profile round,
-    and the rest tier's load on the client's CPU and the hypervisor's steal not judged (as
-    tests/test_history_vllm.py)."""
-    for old, new in (("port = 8199", f"port = {port}"),
-                     ("env = { ", f'env = {{ {VARIABLE} = "1.0", '),
-                     ("min_trials = 4", 'min_trials = 4\ncooldown_s = 1\nprofile = "never"')):
-        assert text.count(old) == 1, old  # the default config still reads as this test expects
-        text = text.replace(old, new)
-    return text + "\n[compare.disturbance]\nclient_cpus_foreign_share = 1.0\nsteal_share = 1.0\n"
-
-
 def test_one_variable_between_two_set_ups_is_a_regression_with_the_variable_named_first(testenv, tmp_path,
                                                                                           record_property):
-    config = tmp_path / "specperf.toml"
-    config.write_text(_config(resources.files("bot").joinpath("default.toml").read_text(), free_port(2)))
+    # the plugin's variable at 1.0 in the engine's environment (the commit's set-up), no profile round
+    config = slowed_default_config(tmp_path / "specperf.toml", "1.0")
     env = {**os.environ, "SPECPERF_TESTENV": str(testenv), "SPECPERF_HOME": str(tmp_path / "home")}
     done = specperf_in_process(["--config", str(config), "compare", "main", "--base-env", f"{VARIABLE}=0",
                                 "--max-trials", "4", "--db", f"sqlite:///{tmp_path}/db.sqlite",

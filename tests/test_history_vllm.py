@@ -23,12 +23,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from importlib import resources
 
 import pytest
 
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE
-from tests.conftest import free_port, record_verdict, specperf_in_process
+from tests.conftest import record_verdict, slowed_default_config, specperf_in_process
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
@@ -45,19 +44,6 @@ SLOWDOWN = "1.0"
 PAIRS = 3
 
 
-def _config(text: str, port: int) -> str:
-    """The embedded default config with the plugin's variable at :data:`SLOWDOWN` in the engine's environment,
-    on ``port`` (and port + 1, the second engine of the concurrent pairing), with the session
-    compare's margin (5%) and its disturbance rules: the client's CPU is shared with the rest tier
-    by design (scripts/test) and the hypervisor's steal is not judged."""
-    for old, new in (("port = 8199", f"port = {port}"),
-                     ("env = { ", f'env = {{ {VARIABLE} = "{SLOWDOWN}", '),
-                     ("margin_pct = 3.0", 'margin_pct = 5.0\ncooldown_s = 1\nprofile = "never"')):
-        assert text.count(old) == 1, old  # the default config still reads as this test expects
-        text = text.replace(old, new)
-    return text + "\n[compare.disturbance]\nclient_cpus_foreign_share = 1.0\nsteal_share = 1.0\n"
-
-
 def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(slow_spec_compare, testenv,
                                                                                  tmp_path, record_property):
     past = slow_spec_compare.stored.run
@@ -65,8 +51,8 @@ def test_both_arms_below_their_stored_run_name_the_engine_variable_that_moved(sl
     db = tmp_path / "db.sqlite"
     with sqlite3.connect(slow_spec_compare.db_path) as source, sqlite3.connect(db) as copy:
         source.backup(copy)  # the session's database, its WAL included; the session run stays as it was
-    config = tmp_path / "specperf.toml"
-    config.write_text(_config(resources.files("bot").joinpath("default.toml").read_text(), free_port(2)))
+    # the plugin's variable at SLOWDOWN, with the session compare's margin (5%) and disturbance rules
+    config = slowed_default_config(tmp_path / "specperf.toml", SLOWDOWN, ("margin_pct = 3.0", "margin_pct = 5.0"))
     env = {**os.environ, "SPECPERF_TESTENV": str(testenv), "SPECPERF_HOME": str(tmp_path / "home")}
 
     done = specperf_in_process(["--config", str(config), "compare", "slow-spec", "--base", "main", "--modes",
