@@ -30,7 +30,7 @@ from bot._runs import reconcile_runs
 from core._api import lock_owner
 from core._env.disturbance import Disturbance, judge_window
 from core._env.window import WindowMonitor
-from core._experiments.arms import check_set_ups, with_overrides
+from core._experiments.arms import base_set_up
 from core._experiments.bisection import BisectObserver, BisectRequest, BisectResult, CompareRunner
 from core._experiments.bisection import bisect as run_bisect
 from core._experiments.calibrate import pair_spread_pct, plan
@@ -132,13 +132,11 @@ def base_arm(config: core.Config, choice: Choice, modes: list[str] | None, engin
         return None
     name = engine or choice.engine_name
     spec = config.engine(name)
-    # on the compare's port (where an arm listens is no set-up difference), and on --host when it
-    # moved the commit's engine; otherwise an entry of another host is refused by check_set_ups
-    moved = config.engine(choice.engine_name).host != choice.host_name
-    spec = spec.model_copy(update={"host": choice.host_name if moved else spec.host, "port": choice.engine.port})
-    spec = with_overrides(spec, env or [], args)
-    check_set_ups(name, spec, choice.engine_name, choice.engine, resolve_modes(config, choice.engine_name, modes))
-    return name, spec
+    # on --host when it moved the commit's engine; otherwise an entry of another host is refused
+    if config.engine(choice.engine_name).host != choice.host_name:
+        spec = spec.model_copy(update={"host": choice.host_name})
+    return name, base_set_up(name, spec, choice.engine_name, choice.engine,
+                             resolve_modes(config, choice.engine_name, modes), env, args)
 
 
 def compare_request(config: core.Config, choice: Choice, host: Host, head_ref: str, base_ref: str | None,

@@ -16,7 +16,7 @@ from core._config import Config, EngineConfig
 from core._env.checks import Check, CheckStatus, run_checks, worst
 from core._env.probe import probe_async
 from core._errors import ConfigError
-from core._experiments.arms import check_set_ups
+from core._experiments.arms import base_set_up
 from core._experiments.compare import (
     CompareObserver,
     CompareRequest,
@@ -99,10 +99,7 @@ async def compare_commit(config: Config, commit: str, *, base: str | None = None
     name = _only(config.engines, engine, "engine")
     spec = config.engine(name)
     chosen = engine_modes(config, name, modes)
-    other = None
-    if base_engine is not None:
-        other = config.engine(base_engine).model_copy(update={"port": spec.port})
-        check_set_ups(base_engine, other, name, spec, chosen)
+    other = None if base_engine is None else base_set_up(base_engine, config.engine(base_engine), name, spec, chosen)
     async with _host(config, host or spec.host, workdir) as target:
         request = CompareRequest(engine_name=name, engine=spec, workload_name=workload,
                                  workload=config.workload(workload), head_ref=commit, base_ref=base,

@@ -11,6 +11,7 @@ differences.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from core._config import EngineConfig
@@ -19,6 +20,7 @@ from core._secret_rule import REDACTED, redact_args, redact_line, secret_name
 
 # what two set-ups of one compare must share: the same engine serving the same model on one host
 _SHARED = ("kind", "host", "model", "served_model_name")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # what a set-up difference never is: where the engine listens (concurrent pairing moves it) and how
 # long specperf waits for it
 _NOT_SET_UP = ("port", "ready_timeout_s", "stop_grace_s", "build_timeout_s")
@@ -48,6 +50,20 @@ def check_set_ups(base_name: str, base: EngineConfig, head_name: str, head: Engi
                           f"(set engines.{without}.repo; both entries may name the same one)")
 
 
+def base_set_up(base_name: str, base: EngineConfig, head_name: str, head: EngineConfig, modes: list[str],
+                env: list[str] | None = None, args: str | None = None) -> EngineConfig:
+    """``base`` made the base arm of a compare whose commit's arm is ``head``: on ``head``'s port
+    (where an arm listens is no set-up difference), with ``env`` and ``args``
+    (:func:`with_overrides`), checked (:func:`check_set_ups`).
+
+    Raises:
+        ConfigError: as :func:`with_overrides` and :func:`check_set_ups`.
+    """
+    arm = with_overrides(base.model_copy(update={"port": head.port}), env or [], args)
+    check_set_ups(base_name, arm, head_name, head, modes)
+    return arm
+
+
 def with_overrides(engine: EngineConfig, env: list[str], args: str | None) -> EngineConfig:
     """``engine`` with ``env`` (``KEY=VALUE`` items; an empty VALUE sets it empty) set in its
     environment and ``args`` (a shell-like string, split by :func:`shlex.split`, never run by a
@@ -61,8 +77,7 @@ def with_overrides(engine: EngineConfig, env: list[str], args: str | None) -> En
     updates = dict(engine.env)
     for item in env:
         key, sep, value = item.partition("=")
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not key.replace("_", "").isalnum() \
-                or not key.isascii():
+        if not sep or not _ENV_NAME.fullmatch(key):
             raise ConfigError(f"--base-env takes KEY=VALUE with KEY an environment variable's name, not {item!r}")
         updates[key] = value
     try:
