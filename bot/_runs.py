@@ -241,7 +241,7 @@ def recheck_plan(config: core.Config, stored: storage.StoredRun | None, run_id: 
                                "them)")
     if arms := run.settings.get("arms"):
         raise core.ConfigError(f"run {run.id} compared two engine set-ups (base engine {arms['base_engine']!r}: "
-                               f"{'; '.join(arms['set_up']) or 'the same set-up'}); recheck re-measures compares of "
+                               f"{'; '.join(arms['set_up'])}); recheck re-measures compares of "
                                "commits on one set-up: run `specperf compare` with the same --base-engine, --base-env "
                                "or --base-args again")
     what = (f"run {run.id} ran engine {run.engine_name!r} on host {run.host!r} with workload {run.workload_name!r} "
