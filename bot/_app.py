@@ -28,6 +28,7 @@ from bot import _slurm_batch as slurm
 from bot._common import data_dir, pick
 from bot._runs import reconcile_runs
 from core._api import lock_owner
+from core._config import ContainerConfig
 from core._env.disturbance import Disturbance, judge_window
 from core._env.window import WindowMonitor
 from core._experiments.arms import base_set_up
@@ -418,7 +419,8 @@ def calibration_lines(trials: dict, goal: dict, alpha: float) -> list[str]:
 class ProbeTarget:
     """What a probe or the window monitor runs with on a host: ``label`` (``engine NAME`` or
     which Python), the ``python`` path, the engine's ``env`` and ``repo``, the ``host`` name and
-    the engine's ``cpus`` (``None``: the CPUs its group may run on)."""
+    the engine's ``cpus`` (``None``: the CPUs its group may run on), its ``container`` (the
+    probe then runs in its image; the window monitor with the host's python)."""
 
     label: str
     python: str
@@ -426,6 +428,7 @@ class ProbeTarget:
     repo: str | None
     host: str
     cpus: list[int] | None
+    container: ContainerConfig | None = None
 
 
 def probe_target(config: core.Config, engine: str | None = None, host: str | None = None) -> ProbeTarget:
@@ -450,7 +453,7 @@ def probe_target(config: core.Config, engine: str | None = None, host: str | Non
     if host_name not in config.hosts:
         raise core.ConfigError(f"no host named {host_name!r} in the config (known hosts: "
                                f"{', '.join(sorted(config.hosts))})")
-    return ProbeTarget(f"engine {name}", spec.python, dict(spec.env), spec.repo, host_name, spec.cpus)
+    return ProbeTarget(f"engine {name}", spec.python, dict(spec.env), spec.repo, host_name, spec.cpus, spec.container)
 
 
 @dataclass
@@ -480,7 +483,7 @@ async def watch(config: core.Config, host: Host, target: ProbeTarget, seconds: f
         core.HostBusyError: the host is busy and ``session.wait`` is false.
     """
     async def monitored() -> dict:
-        monitor = WindowMonitor(host, target.python, -1, target.cpus)
+        monitor = WindowMonitor(host, host.config.python if target.container else target.python, -1, target.cpus)
         await monitor.open()
         await monitor.start()
         started = time.monotonic()

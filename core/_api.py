@@ -145,7 +145,8 @@ async def check_host(config: Config, host: str | None = None, *, engine: str | N
         spec = next((e for e in config.engines.values() if e.host == host), None)
     async with _host(config, host, workdir) as target:
         python = spec.python if spec else config.hosts[host].python
-        snapshot = await probe_async(python, cheap=False, env=dict(spec.env) if spec else {}, host=target)
+        snapshot = await probe_async(python, cheap=False, env=dict(spec.env) if spec else {}, host=target,
+                                     container=spec.container if spec else None)
     return HostReport(host, snapshot, run_checks(snapshot, under_load=under_load, engine_cpus=spec.cpus if spec else None))
 
 

@@ -375,7 +375,8 @@ class SlackCommands:
         engines = [(n, e) for n, e in self.config.engines.items() if e.host == host]
         python, env, label = (engines[0][1].python, dict(engines[0][1].env), f"engine {engines[0][0]}") if engines \
             else ("python3", {}, "the system python")
-        snapshot = await probe_async(python, cheap=False, env=env, host=self.queue.host(host))
+        snapshot = await probe_async(python, cheap=False, env=env, host=self.queue.host(host),
+                                     container=engines[0][1].container if engines else None)
         checks = run_checks(snapshot, under_load=False, engine_cpus=engines[0][1].cpus if engines else None)
         lines = [(f"env of host `{host}` with {label} ({snapshot['kind']} probe, {fmt(snapshot['wall_s'], 2)} s): "
                   f"worst {worst(checks)}")]

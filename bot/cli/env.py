@@ -249,7 +249,8 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         return await _watch(args, config, console, chosen)
     async with open_host(config, host) as target:
         with console.status(f"probing {host} ({target.where}) with {python}"):
-            snapshot = await probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target)
+            snapshot = await probe_async(python, cheap=args.cheap, env=env, repo=repo, host=target,
+                                         container=chosen.container)
             holders = await gpu_holders(target, snapshot)
     checks = run_checks(snapshot, under_load=args.under_load, engine_cpus=chosen.cpus)
     console.print(f"env snapshot of host {host} with {label} ({python}): "

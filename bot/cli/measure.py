@@ -96,11 +96,12 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         for run_id, reason in await reconcile_runs(database(config), config):
             console.print(f"run {run_id}: {reason}", markup=False, highlight=False)
         try:
-            snapshot = await probe_async(engine.python, cheap=True, env=engine.env, host=host)
+            snapshot = await probe_async(engine.python, cheap=True, env=engine.env, host=host, container=engine.container)
         except core.ProbeError as exc:
             console.print(f"environment probe failed ({exc}); GPU holders from device files only", markup=False)
             snapshot = None
-        for line in await clean_gpus(host, snapshot, force_clean=args.force_clean, grace_s=engine.stop_grace_s):
+        for line in await clean_gpus(host, snapshot, force_clean=args.force_clean, grace_s=engine.stop_grace_s,
+                                     containers=[engine.container] if engine.container else []):
             console.print(line, markup=False, highlight=False)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as progress:

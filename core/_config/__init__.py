@@ -183,6 +183,38 @@ class HostConfig(_Strict):
         return os.path.expanduser(_expand(value)) if value else value
 
 
+class ContainerConfig(_Strict):
+    """An engine run as a container (``[engines.<name>.container]``; docs/engines.md). The
+    engine's own argv (its kind's server command, args and mode arguments) becomes the
+    container's command; specperf adds ``run --rm --name <per-trial name> --label
+    specperf.workdir=<host workdir> --network host --pull never``, the engine's ``env`` passed
+    by name (``-e KEY``: values stay out of the argv), the engine's worktree mounted at its own
+    path and used as the working folder (when it has a ``repo``) and its ``cpus`` as
+    ``--cpuset-cpus``. ``cli``: the container program and its global options, word by word
+    (``["docker"]``, ``["podman", "--runtime", "runc"]``, ``["sudo", "docker"]``); ``image``:
+    the image reference; ``run_args``: more ``run`` options (GPUs: ``--gpus all`` for Docker,
+    ``--device nvidia.com/gpu=all`` for Podman with CDI; mounts, ``--ipc host``, ulimits);
+    ``pull``: pull a missing image before the first launch (default: a missing image is an
+    error, so no compare silently measures whatever a registry serves that day);
+    ``pull_timeout_s``: how long that pull may take."""
+
+    cli: list[str] = Field(default_factory=lambda: ["docker"], min_length=1)
+    image: str = Field(min_length=1)
+    run_args: list[str] = Field(default_factory=list)
+    pull: bool = False
+    pull_timeout_s: float = Field(default=3600.0, gt=0)
+
+    @field_validator("cli", "run_args")
+    @classmethod
+    def _expand_list(cls, value: list[str]) -> list[str]:
+        return [_expand(v) for v in value]
+
+    @field_validator("image")
+    @classmethod
+    def _expand_image(cls, value: str) -> str:
+        return _expand(value)
+
+
 class EngineConfig(_Strict):
     """One serving engine: how to launch it and which modes it has.
 
@@ -204,6 +236,8 @@ class EngineConfig(_Strict):
     the server where to write torch profiler traces; setting it says the server answers
     ``POST /start_profile`` (JSON body ``{"max_iterations": steps}``) and ``POST /stop_profile``
     as vLLM's does, so compare's profile round can use it (vLLM and SGLang need nothing).
+    ``container``: run the engine in a container (:class:`ContainerConfig`); ``python`` and
+    ``model`` are then paths inside the image (or its mounts).
     """
 
     kind: Literal["vllm", "sglang", "command"]
@@ -227,6 +261,7 @@ class EngineConfig(_Strict):
     ready_timeout_s: float = Field(default=600.0, gt=0)
     stop_grace_s: float = Field(default=15.0, gt=0)
     build_timeout_s: float = Field(default=7200.0, gt=0)
+    container: ContainerConfig | None = None
 
     @field_validator("python", "model", "repo")
     @classmethod
@@ -259,6 +294,10 @@ class EngineConfig(_Strict):
         if self.kind != "command" and self.profile_dir_env:
             raise ValueError(f'profile_dir_env is for kind = "command" only (kind = "{self.kind}" is profiled '
                              "through its own profiler settings)")
+        if self.container and (self.build or self.source_package):
+            raise ValueError("a container engine cannot have build or source_package (both run the engine's python "
+                             "on the host, outside the image): build the image per commit instead, or run the "
+                             "engine without [container]")
         return self
 
     @property

@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from core._config import ContainerConfig
 from core._errors import HostBusyError
 from core._hosts import Host
+from core._hosts.container import remove_leftovers
 
 
 @dataclass
@@ -84,17 +86,20 @@ def _classify(host: Host, info: dict, source: str) -> Holder:
 
 
 async def clean_gpus(host: Host, snapshot: dict | None = None, *, force_clean: bool = False,
-                     grace_s: float = 15.0) -> list[str]:
+                     grace_s: float = 15.0, containers: list[ContainerConfig] | None = None) -> list[str]:
     """Make the host's GPUs ours alone before a run; returns what was done, one line each.
 
-    Engines of ours left behind are stopped by group. Foreign holders make this refuse
-    unless ``force_clean``, in which case each is stopped.
+    Engine containers of ours left behind (through the container programs of ``containers``,
+    the run's container engines) are removed by name (core._hosts.container), then engines
+    of ours left behind are stopped by group. Foreign holders make this refuse unless
+    ``force_clean``, in which case each is stopped.
 
     Raises:
         HostBusyError: foreign processes hold the GPUs and ``force_clean`` is false (the
             message names each one's pid, user and command).
         HostError: the host cannot be reached.
     """
+    done = await remove_leftovers(host, containers, grace_s) if containers else []
     holders = await gpu_holders(host, snapshot)
     foreign = [h for h in holders if h.kind == "foreign"]
     unseen = [h for h in foreign if h.start is None]  # NVML's pid from another pid namespace
@@ -109,7 +114,6 @@ async def clean_gpus(host: Host, snapshot: dict | None = None, *, force_clean: b
             + "; ".join(h.line for h in foreign)
             + ". Stop them, wait for them, or pass --force-clean to have specperf stop them"
         )
-    done = []
     for holder in holders:
         if holder.kind == "ours" and holder.pgid and holder.log:
             if await host.stop_recorded_group(holder.pgid, holder.log, grace_s):

@@ -30,9 +30,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from core._config import HostConfig
+from core._config import ContainerConfig, HostConfig
 from core._errors import CommandTimeout, SpecperfError
 from core._hosts import Host, LocalHost
+from core._hosts.container import run_argv
 from core._secret_rule import joined
 
 PROBE_SCRIPT = Path(__file__).with_name("probe_script.py")
@@ -188,10 +189,13 @@ def probe_cheap(python: str = sys.executable, **kwargs) -> dict:
 async def probe_async(python: str = sys.executable, *, cheap: bool = False, import_torch: bool = True,
                       repo: str | None = None, env: Mapping[str, str] | None = None, cwd: str | None = None,
                       timeout_s: float = 120.0, sample_s: float | None = None,
-                      host: Host | None = None) -> dict:
+                      host: Host | None = None, container: ContainerConfig | None = None) -> dict:
     """:func:`probe` on ``host`` (default: this machine) for event-loop code: the same
     arguments, result and errors, without blocking the loop. The script is fed on standard input
-    (``python -``), so nothing needs installing on a remote host.
+    (``python -``), so nothing needs installing on a remote host. With ``container`` (a
+    container engine's), the probe runs in a container of its image, with the engine's run
+    options, so it reads what the engine sees (``python`` is then the image's; ``cwd`` or
+    ``repo`` is mounted at its own path).
 
     Raises:
         ProbeError: as :func:`probe`.
@@ -199,7 +203,10 @@ async def probe_async(python: str = sys.executable, *, cheap: bool = False, impo
     """
     host = host or LocalHost("local", HostConfig(), "")
     remote = not host.is_local
-    argv = _argv(python, cheap, import_torch, repo, sample_s, None if remote else own_pynvml_dir())
+    argv = _argv(python, cheap, import_torch, repo, sample_s, None if remote or container else own_pynvml_dir())
+    if container:
+        argv = run_argv(container, argv, name=None, workdir=host.workdir, env_names=sorted(env or {}),
+                        cwd=cwd or repo, cpus=None, interactive=True)
     started = time.monotonic()
     try:
         result = await host.run(argv, input=probe_script_text().encode(), cwd=cwd,

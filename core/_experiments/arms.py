@@ -104,12 +104,18 @@ def set_up_differences(base: EngineConfig, head: EngineConfig) -> list[str]:
     for mode in sorted(set(base.modes) & set(head.modes)):
         if base.modes[mode] != head.modes[mode]:
             lines.append(f"engine mode {mode} args: {_argv(base.modes[mode])} -> {_argv(head.modes[mode])}")
-    skip = {"env", "args", "modes", *_SHARED, *_NOT_SET_UP}
-    for name in EngineConfig.model_fields:
-        if name not in skip and getattr(base, name) != getattr(head, name):
-            before, after = getattr(base, name), getattr(head, name)
-            shown = (_argv(before), _argv(after)) if isinstance(before, list) else (_shown(before), _shown(after))
-            lines.append(f"engine {name}: {shown[0]} -> {shown[1]}")
+    skip = {"env", "args", "modes", "container", *_SHARED, *_NOT_SET_UP}
+    fields = [(f"engine {name}", getattr(base, name), getattr(head, name))
+              for name in EngineConfig.model_fields if name not in skip]
+    if base.container or head.container:  # each container setting on a line of its own, the image first
+        boxes = [box.model_dump() if box else {} for box in (base.container, head.container)]
+        fields += [(f"engine container {name}", boxes[0].get(name), boxes[1].get(name))
+                   for name in sorted(set(boxes[0]) | set(boxes[1]), key=lambda n: (n != "image", n))]
+    for label, before, after in fields:
+        if before != after:
+            listed = isinstance(before, list) or isinstance(after, list)
+            shown = (_argv(before or []), _argv(after or [])) if listed else (_shown(before), _shown(after))
+            lines.append(f"{label}: {shown[0]} -> {shown[1]}")
     return lines
 
 

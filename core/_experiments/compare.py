@@ -441,11 +441,13 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
     # GPU hygiene first, before worktrees and builds, so a busy host is refused at once
     python = host.config.python if "{prefix}" in engine.python else engine.python
     try:
-        preflight = await probe_async(python, cheap=True, env=engine.env, host=host)
+        preflight = await probe_async(python, cheap=True, env=engine.env, host=host, container=engine.container)
     except ProbeError as exc:
         obs.progress(f"environment probe (preflight) failed: {exc}")
         preflight = None
-    for line in await clean_gpus(host, preflight, force_clean=request.force_clean, grace_s=engine.stop_grace_s):
+    boxes = [spec.container for spec in (request.arm_engine("base"), engine) if spec.container]
+    for line in await clean_gpus(host, preflight, force_clean=request.force_clean, grace_s=engine.stop_grace_s,
+                                 containers=boxes):
         obs.progress(line)
     if settings.pairing == "concurrent" and ((preflight or {}).get("gpu") or {}).get("devices"):
         for spec in {id(s): s for s in (request.arm_engine("base"), engine)}.values():
@@ -563,7 +565,7 @@ async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, s
                     engine: EngineConfig, tree: str, cheap: bool = True) -> dict | None:
     try:
         data = await probe_async(engine.python, cheap=cheap, env=engine.env, cwd=tree,
-                                 repo=None if cheap else tree, host=request.host)
+                                 repo=None if cheap else tree, host=request.host, container=engine.container)
     except ProbeError as exc:
         obs.progress(f"environment probe ({phase}) failed: {exc}")
         return None

@@ -33,6 +33,9 @@ Modes:
     ``{"stopped": bool}``.
 ``listeners PORT``
     Prints ``[{"pid", "pgid"}]`` of processes listening on TCP ``PORT`` (from ``/proc``).
+``tree-groups PID``
+    Prints the sorted process group ids of PID and all its descendants (a container's
+    processes, which run in groups of their own under its first process).
 ``holders LOGS_DIR PATTERN...``
     Prints ``[{"pid", "pgid", "user", "cmdline", "start", "devices", "ours", "log"}]``: processes with a file
     matching a glob PATTERN open (``/dev/nvidia*``); ``ours`` when the leader of its process
@@ -410,6 +413,25 @@ def _tasks(pids):
 
 def _all_pids():
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def tree_groups(pid):
+    """Sorted process group ids of ``pid`` and every descendant of it (from /proc)."""
+    parents = {}
+    for child in _all_pids():
+        stat = _read_text("/proc/%d/stat" % child)
+        try:
+            fields = stat.rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append((child, int(fields[2])))
+        except (AttributeError, IndexError, ValueError):
+            continue
+    own = _pid_group(pid)
+    groups, todo = set() if own is None else {own}, [pid]
+    while todo:
+        for child, pgid in parents.get(todo.pop(), []):
+            groups.add(pgid)
+            todo.append(child)
+    return sorted(groups)
 
 
 def group_pids(pgid):
@@ -820,6 +842,8 @@ def main(argv):
         _emit([info for info in map(_describe, sorted(pids)) if info])
     elif mode == "holders":
         _emit(device_holders(args[0], args[1:]))
+    elif mode == "tree-groups":
+        _emit(tree_groups(int(args[0])))
     elif mode == "describe":
         _emit([info for info in (describe(args[0], int(pid)) for pid in args[1:]) if info])
     elif mode == "read":

@@ -223,6 +223,10 @@ class Host(ABC):
         is in ``<workdir>/logs``)."""
         return json.loads((await self.agent("describe", f"{self.workdir}/logs", *map(str, pids))).stdout) if pids else []
 
+    async def tree_groups(self, pid: int) -> list[int]:
+        """The process group ids of ``pid`` and its descendants on the host (``[]``: it is gone)."""
+        return json.loads((await self.agent("tree-groups", str(pid))).stdout)
+
     async def stop_recorded_group(self, pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
         """Stop group ``pgid`` if its leader still writes to ``log_path`` (a group this tool
         started and recorded); whether it was stopped."""

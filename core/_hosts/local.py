@@ -124,6 +124,9 @@ class LocalHost(Host):
     async def describe(self, pids: list[int]) -> list[dict]:
         return [info for info in (_host_agent.describe(f"{self.workdir}/logs", pid) for pid in pids) if info]
 
+    async def tree_groups(self, pid: int) -> list[int]:
+        return await asyncio.to_thread(_host_agent.tree_groups, pid)
+
     async def stop_recorded_group(self, pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
         return await asyncio.to_thread(_host_agent.stop_recorded_group, pgid, log_path, grace_s)
 

@@ -176,6 +176,9 @@ class SlurmHost(Host):
     async def describe(self, pids: list[int]) -> list[dict]:
         return await self.control.describe(pids)
 
+    async def tree_groups(self, pid: int) -> list[int]:
+        return await self.control.tree_groups(pid)
+
     async def stop_recorded_group(self, pgid: int, log_path: str, grace_s: float = 15.0) -> bool:
         return await self.control.stop_recorded_group(pgid, log_path, grace_s)
 

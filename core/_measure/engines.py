@@ -146,13 +146,14 @@ class EngineAdapter:
         self.length_method: str = "ignore_eos" if config.output_length == "probe" else config.output_length
 
     def launch_argv(self, mode: str) -> list[str]:
-        """The full launch argv for ``mode`` (CPU pinning prefix included).
+        """The full launch argv for ``mode`` (CPU pinning prefix included; a container engine is
+        pinned by its ``run`` options instead, core._hosts.container).
 
         Raises:
             KeyError: ``mode`` is not one of the engine's configured modes.
         """
         argv = self._server_argv() + list(self.config.args) + list(self.config.modes[mode])
-        if self.config.cpus:
+        if self.config.cpus and not self.config.container:
             argv = ["taskset", "--cpu-list", ",".join(map(str, self.config.cpus)), *argv]
         return argv
 

@@ -25,6 +25,7 @@ from core._config import EngineConfig, HostConfig, WorkloadConfig
 from core._env.window import WindowMonitor
 from core._errors import ConfigError, EngineError, EngineExitedError
 from core._hosts import EngineHandle, Host, LocalHost
+from core._hosts import container as _container
 from core._measure.client import RequestRecord, Sample, run_alternating, run_workload
 from core._measure.engines import EngineAdapter, EngineFigures, adapter_for
 from core._measure.host_client import run_on_host
@@ -101,6 +102,7 @@ class _Ready:
     log_path: str
     started_at: dt.datetime
     ready_s: float
+    container_pgids: list[int]  # a container engine's processes (outside the launched group)
 
 
 @contextlib.asynccontextmanager
@@ -123,19 +125,51 @@ async def ready_engine(host: Host, engine_name: str, engine: EngineConfig, mode:
         )
     started_at = dt.datetime.now(dt.UTC)
     log_path = f"{log_dir}/{engine_name}-{mode}-{started_at:%Y%m%dT%H%M%S%fZ}.log"
-    async with host.launch(engine_name, argv, engine.env, log_path, cwd, engine.stop_grace_s) as process, \
-            host.forward(engine.port) as base_url:
+    box = engine.container
+    name = _container.container_name(engine_name, mode, started_at) if box else ""
+    if box:
+        await _container.check_image(host, box, engine_name)
+        argv = _container.run_argv(box, argv, name=name, workdir=host.workdir, env_names=sorted(engine.env), cwd=cwd,
+                                   cpus=engine.cpus)
+    async with contextlib.AsyncExitStack() as stack:
+        process = await stack.enter_async_context(host.launch(engine_name, argv, engine.env, log_path, cwd,
+                                                              engine.stop_grace_s))
+        if box:  # stopped and removed by its name before the group of its `run` is stopped
+            stack.push_async_callback(_container.remove, host, box, name, engine.stop_grace_s)
+        base_url = await stack.enter_async_context(host.forward(engine.port))
         launched_at = time.monotonic()
         if on_launch:
             on_launch(process)
         async with httpx.AsyncClient(base_url=base_url, verify=_tls_context()) as client:
             await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
-            if await process.holds_port(engine.port) is False:
+            ready_s = time.monotonic() - launched_at
+            pgids = await _container.container_pgids(host, box, name) if box else []
+            if await _holds_port(host, process, engine.port, box is not None, pgids) is False:
                 raise EngineError(
                     f"port {engine.port} on host {host.name} is answered by {_who(await host.listeners(engine.port))}, "
-                    f"not by the engine specperf started (process group {process.pgid}): another server took the "
-                    "port; stop it or choose another port", await process.log_tail())
-            yield _Ready(process, adapter, client, base_url, argv, log_path, started_at, time.monotonic() - launched_at)
+                    f"not by the engine specperf started (process group {process.pgid}"
+                    f"{f' or container {name}' if box else ''}): another server took the port; stop it or choose "
+                    "another port", await process.log_tail())
+            yield _Ready(process, adapter, client, base_url, argv, log_path, started_at, ready_s, pgids)
+
+
+async def _holds_port(host: Host, process: EngineHandle, port: int, container: bool, container_pgids: list[int]
+                      ) -> bool | None:
+    """Whether the launched group, or a container engine's processes (``container_pgids``),
+    listen on ``port``; ``None`` when unknown (a container whose processes cannot be found)."""
+    held = await process.holds_port(port)
+    if held or not container:
+        return held
+    if not container_pgids:
+        return None
+    return any(listener["pgid"] in container_pgids for listener in await host.listeners(port))
+
+
+def monitor_python(host: Host, engine: EngineConfig) -> str:
+    """The interpreter that runs the window monitor on ``host`` for ``engine``: the engine's
+    own (it has ``pynvml`` where the engine reads GPUs), or the host's ``python`` for a
+    container engine, whose interpreter is inside the image."""
+    return host.config.python if engine.container else engine.python
 
 
 async def _raise_if_exited(engine_name: str, process: EngineHandle) -> None:
@@ -235,7 +269,8 @@ async def _run_client(host: Host, engine_name: str, engine: EngineConfig, ready:
     async def open_monitor(own_pids: list[int] | None = None) -> None:
         # the configured CPUs where the engine is pinned: its group's own affinity also
         # counts the helper that supervises it on an SSH host, which may run anywhere
-        monitors.append(WindowMonitor(host, engine.python, ready.process.pgid, engine.cpus, own_pids=own_pids))
+        monitors.append(WindowMonitor(host, monitor_python(host, engine), ready.process.pgid, engine.cpus,
+                                      own_pids=own_pids, peer_pgids=ready.container_pgids))
         await monitors[0].open()
 
     async def begin() -> None:
@@ -333,8 +368,9 @@ async def measure_pair(
             raise _first_error(grouped) from None
         readies = [task.result() for task in tasks]
         windows = [_Window(ready) for ready in readies]
-        monitor = WindowMonitor(host, engines[0].python, readies[0].process.pgid, engines[0].cpus,
-                                peer_pgids=[readies[1].process.pgid])
+        monitor = WindowMonitor(host, monitor_python(host, engines[0]), readies[0].process.pgid, engines[0].cpus,
+                                peer_pgids=[readies[1].process.pgid, *readies[0].container_pgids,
+                                            *readies[1].container_pgids])
 
         async def begin() -> None:
             for window in windows:

@@ -1,0 +1,175 @@
+"""Engines in containers (core/_hosts/container.py, issue 39): the fast fake engine
+(tests/fake_engine_repo.py) run by real podman in the local Debian base image
+(scripts/setup-containers), measured, compared, stopped and removed by name; a missing image;
+a specperf killed with SIGKILL mid-launch. The argv and config rules are fast unit tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, select
+
+import storage
+from core import ConfigError, EngineConfig, parse_config
+from core._config import ContainerConfig
+from core._experiments.arms import set_up_differences
+from core._hosts.container import LABEL, container_name, run_argv
+from tests.conftest import ROOT, SPECPERF, free_port, record_verdict, specperf_in_process, stopped_at_end
+
+BASE_IMAGE = "localhost/specperf-base:bookworm"
+PODMAN = ["podman", "--runtime", "runc"]  # ../shared/FIELD_NOTES.md section 10: crun fails on these machines
+RUN_ARGS = ["--init", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "-v", f"{ROOT}:{ROOT}:ro"]
+REGRESSION = "REGRESSION"
+
+
+def test_the_run_argv_names_labels_pins_and_passes_the_environment_by_name():
+    box = ContainerConfig(cli=["podman", "--runtime", "runc"], image="img:1", run_args=["--init"])
+    argv = run_argv(box, ["python3", "-m", "srv", "--port", "9"], name="specperf-x", workdir="/w",
+                    env_names=["HF_TOKEN", "VLLM_X"], cwd="/trees/abc", cpus=[2, 3])
+    assert argv == ["podman", "--runtime", "runc", "run", "--rm", "--pull", "never", "--network", "host",
+                    "--label", f"{LABEL}=/w", "--name", "specperf-x", "-e", "HF_TOKEN", "-e", "VLLM_X",
+                    "-v", "/trees/abc:/trees/abc", "-w", "/trees/abc", "--cpuset-cpus", "2,3", "--init",
+                    "img:1", "python3", "-m", "srv", "--port", "9"]
+    assert container_name("vllm new/x", "eagle3", dt.datetime(2026, 12, 7, 8, 30, 1, 5, tzinfo=dt.UTC)) == \
+        "specperf-vllm-new-x-eagle3-20261207T083001000005Z"
+
+
+def test_a_container_engine_is_pinned_by_the_runtime_and_refuses_host_side_builds():
+    engine = EngineConfig(kind="command", command=["x"], cpus=[1], container=ContainerConfig(image="i"))
+    from core._measure.engines import adapter_for
+
+    assert adapter_for(engine).launch_argv("baseline")[0] == "x"  # no taskset: --cpuset-cpus instead
+    with pytest.raises(ConfigError, match="a container engine cannot have build or source_package"):
+        parse_config('[engines.e]\nkind = "command"\ncommand = ["x"]\nsource_package = "p"\n'
+                     '[engines.e.container]\nimage = "i"\n')
+    with pytest.raises(ConfigError, match="image"):
+        parse_config('[engines.e]\nkind = "command"\ncommand = ["x"]\n[engines.e.container]\ncli = ["podman"]\n')
+
+
+def test_two_images_differ_first_in_their_image():
+    old = EngineConfig(kind="command", command=["x"], container=ContainerConfig(image="vllm:0.18", run_args=["-a"]))
+    new = old.model_copy(update={"container": ContainerConfig(image="vllm:0.19", run_args=["-b"])})
+    assert set_up_differences(old, new) == ["engine container image: vllm:0.18 -> vllm:0.19",
+                                            "engine container run_args: -a -> -b"]
+    assert set_up_differences(old.model_copy(update={"container": None}), old)[0] == \
+        "engine container image: (unset) -> vllm:0.18"
+
+
+def _podman_ready() -> str | None:
+    if not shutil.which("podman"):
+        return "podman is not installed (scripts/test installs Debian's podman, runc and catatonit)"
+    if subprocess.run([*PODMAN, "image", "exists", BASE_IMAGE]).returncode != 0:
+        return f"{BASE_IMAGE} is missing (scripts/setup-containers makes it)"
+    return None
+
+
+@pytest.fixture
+def podman():
+    """Fails (never skips) where podman or the base image is missing: scripts/test provides both."""
+    missing = _podman_ready()
+    assert missing is None, missing
+
+
+def _config(tmp_path: Path, repo: Path, port: int, image: str = BASE_IMAGE, workload: str = "") -> Path:
+    """The fake engine's repository served in a container of ``image`` (the image's python3,
+    the checkout mounted read-only for tests.exact_rate_server), every token 50% slower than
+    the commit's own (the commit's set-up in the compare). ``measure``, which launches outside
+    any worktree, finds the engine in the repository's own checkout (mounted too)."""
+    config = tmp_path / "specperf.toml"
+    run_args = [*RUN_ARGS, "-v", f"{repo}:{repo}:ro"]
+    cpus = sorted(os.sched_getaffinity(0))  # the rest tier's CPUs: the container's cgroup is not this process's
+    config.write_text(
+        f'[hosts.local]\nworkdir = "{tmp_path}/work"\n'
+        f'[engines.boxed]\nkind = "command"\nrepo = "{repo}"\nsource_dir = "src"\npython = "python3"\n'
+        'command = ["{python}", "-m", "fake_engine", "--port", "{port}"]\n'
+        f'port = {port}\nready_timeout_s = 30\nstop_grace_s = 3\ncpus = {cpus}\n'
+        f'env = {{ PYTHONPATH = "{ROOT}:{repo}/src", FAKE_ENGINE_ITL_SCALE = "1.5" }}\n'
+        f'[engines.boxed.container]\ncli = {json.dumps(PODMAN)}\nimage = "{image}"\nrun_args = {json.dumps(run_args)}\n'
+        '[engines.boxed.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
+        '[compare]\nmin_trials = 4\nmax_trials = 8\ncooldown_s = 0\non_disturbed = "keep"\nprofile = "never"\n'
+        'modes = ["baseline", "eagle3"]\n'
+        '[workloads.default]\n' + (workload or 'output_len = 128\nconcurrency = 2\nrequests = 8\nwarmup_requests = 1\n'))
+    return config
+
+
+def _ours(tmp_path: Path) -> list[str]:
+    """Names of the containers (running or not) that carry this test's host label."""
+    listed = subprocess.run([*PODMAN, "ps", "-a", "--filter", f"label={LABEL}={tmp_path}/work", "--format",
+                             "{{.Names}}"], capture_output=True, text=True, check=True)
+    return listed.stdout.split()
+
+
+@pytest.mark.e2e
+@pytest.mark.container
+def test_a_container_engine_is_compared_and_each_container_is_gone_after_its_trial(podman, repo, tmp_path,
+                                                                                   record_property):
+    config = _config(tmp_path, repo[0], free_port(2))
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    done = specperf_in_process(["--config", str(config), "compare", "base", "--engine", "boxed", "--base-env",
+                                "FAKE_ENGINE_ITL_SCALE=1", "--db", db, "--json", str(tmp_path / "report.json")],
+                               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    for mode in ("baseline", "eagle3"):
+        verdict = report["modes"][mode]["verdict"]
+        record_verdict(record_property, mode, verdict)
+        # ITL x 1.5 is -33% tok/s (as tests/test_arms.py, the same engine as a process)
+        assert verdict["verdict"] == REGRESSION and -45 < verdict["change_pct"] < -20, (mode, verdict)
+    assert report["environment"]["arms_differ"][0] == "engine env FAKE_ENGINE_ITL_SCALE: 1 -> 1.5"
+    with Session(storage.open_database(db)) as session:
+        trials = list(session.exec(select(storage.Trial)))
+    assert len(trials) == len(report["launches"]) >= 16
+    for argv in (trial.argv for trial in trials):  # each a named container of the image, its env passed by name only
+        assert argv[:4] == [*PODMAN, "run"] and BASE_IMAGE in argv, argv
+        name = argv[argv.index("--name") + 1]
+        assert name.startswith("specperf-boxed-") and "FAKE_ENGINE_ITL_SCALE=1.5" not in " ".join(argv), argv
+    assert _ours(tmp_path) == []  # every one stopped and removed by its name
+
+
+@pytest.mark.e2e
+@pytest.mark.container
+def test_a_missing_image_is_one_error_and_nothing_runs(podman, repo, tmp_path):
+    config = _config(tmp_path, repo[0], free_port(), image="localhost/specperf-no-such-image:1")
+    done = specperf_in_process(["--config", str(config), "measure", "--engine", "boxed", "--mode", "baseline"],
+                               cwd=tmp_path, env={**os.environ, "SPECPERF_HOME": str(tmp_path)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "image localhost/specperf-no-such-image:1 is not on host local" in lines[0] \
+        and "podman --runtime runc pull localhost/specperf-no-such-image:1" in lines[0], done.stderr
+    assert _ours(tmp_path) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.container
+def test_a_specperf_killed_mid_launch_leaves_no_container_after_the_next_command(podman, repo, tmp_path):
+    long = "output_len = 4000\nconcurrency = 1\nrequests = 50\nwarmup_requests = 0\n"
+    subprocess.run(["git", "-C", str(repo[0]), "checkout", "-q", "base"], check=True)  # the engine that starts
+    config = _config(tmp_path, repo[0], free_port(), workload=long)
+    argv = [*SPECPERF, "--config", str(config), "measure", "--engine", "boxed", "--mode", "baseline"]
+    with stopped_at_end(subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         env={**os.environ, "SPECPERF_HOME": str(tmp_path)})) as proc:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            names = [n for n in _ours(tmp_path) if n.startswith("specperf-boxed-")]  # not the probe's container
+            if names:
+                break
+            time.sleep(0.2)
+        assert names, "no engine container was started"
+        time.sleep(1.0)  # mid-launch: the engine is starting or answering its readiness check
+        os.kill(proc.pid, signal.SIGKILL)  # no clean-up runs in specperf: its engine's `podman run` is orphaned
+        proc.wait()
+    assert _ours(tmp_path) == names  # the container outlived specperf
+    short = config.read_text().replace(long, "output_len = 8\nconcurrency = 1\nrequests = 2\nwarmup_requests = 0\n")
+    config.write_text(short)
+    done = specperf_in_process(argv[1:], cwd=tmp_path, env={**os.environ, "SPECPERF_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"removed a leftover engine container of specperf: {names[0]}" in done.stdout, done.stdout
+    assert _ours(tmp_path) == []
