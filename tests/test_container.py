@@ -173,3 +173,31 @@ def test_a_specperf_killed_mid_launch_leaves_no_container_after_the_next_command
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"removed a leftover engine container of specperf: {names[0]}" in done.stdout, done.stdout
     assert _ours(tmp_path) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.container
+async def test_a_container_engine_runs_on_an_ssh_host_and_is_gone_after_its_trial(podman, sshd, repo, tmp_path):
+    from core import WorkloadConfig
+    from core._hosts import open_host
+    from core._measure.trial import measure
+
+    subprocess.run(["git", "-C", str(repo[0]), "checkout", "-q", "base"], check=True)
+    workdir = tmp_path / "work"  # the label's value, as _ours reads it
+    box = ContainerConfig(cli=PODMAN, image=BASE_IMAGE, run_args=[*RUN_ARGS, "-v", f"{repo[0]}:{repo[0]}:ro"])
+    engine = EngineConfig(kind="command", python="python3", command=["{python}", "-m", "fake_engine", "--port", "{port}"],
+                          port=free_port(), ready_timeout_s=30, stop_grace_s=3, container=box,
+                          env={"PYTHONPATH": f"{ROOT}:{repo[0]}/src"})
+    workload = WorkloadConfig(output_len=32, requests=4, warmup_requests=1)
+    async with open_host("loopback", sshd.host_config(workdir=str(workdir)), tmp_path) as host:
+        trial = await measure("boxed", engine, "baseline", "default", workload, f"{workdir}/logs", host=host)
+        assert trial.argv[:4] == [*PODMAN, "run"] and trial.sample.output_tok_s > 0
+        assert trial.window.get("error") is None, trial.window
+        # the container's processes (the server under catatonit) are the engine's, never foreign load
+        foreign = [p["command"] for p in trial.window["foreign_processes"]]
+        assert not [c for c in foreign if "fake_engine" in c], foreign
+        assert trial.window["cpu"]["engine_cpu_s"] > 0, trial.window["cpu"]
+        assert _ours(tmp_path) == []  # stopped and removed by its name, over SSH
+        missing = engine.model_copy(update={"container": box.model_copy(update={"image": "localhost/nope:1"})})
+        with pytest.raises(ConfigError, match="image localhost/nope:1 is not on host loopback"):
+            await measure("boxed", missing, "baseline", "default", workload, f"{workdir}/logs", host=host)
