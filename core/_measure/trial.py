@@ -165,7 +165,7 @@ async def _holds_port(host: Host, process: EngineHandle, port: int, container: b
     return any(listener["pgid"] in container_pgids for listener in await host.listeners(port))
 
 
-def monitor_python(host: Host, engine: EngineConfig) -> str:
+def _monitor_python(host: Host, engine: EngineConfig) -> str:
     """The interpreter that runs the window monitor on ``host`` for ``engine``: the engine's
     own (it has ``pynvml`` where the engine reads GPUs), or the host's ``python`` for a
     container engine, whose interpreter is inside the image."""
@@ -269,7 +269,7 @@ async def _run_client(host: Host, engine_name: str, engine: EngineConfig, ready:
     async def open_monitor(own_pids: list[int] | None = None) -> None:
         # the configured CPUs where the engine is pinned: its group's own affinity also
         # counts the helper that supervises it on an SSH host, which may run anywhere
-        monitors.append(WindowMonitor(host, monitor_python(host, engine), ready.process.pgid, engine.cpus,
+        monitors.append(WindowMonitor(host, _monitor_python(host, engine), ready.process.pgid, engine.cpus,
                                       own_pids=own_pids, peer_pgids=ready.container_pgids))
         await monitors[0].open()
 
@@ -368,7 +368,7 @@ async def measure_pair(
             raise _first_error(grouped) from None
         readies = [task.result() for task in tasks]
         windows = [_Window(ready) for ready in readies]
-        monitor = WindowMonitor(host, monitor_python(host, engines[0]), readies[0].process.pgid, engines[0].cpus,
+        monitor = WindowMonitor(host, _monitor_python(host, engines[0]), readies[0].process.pgid, engines[0].cpus,
                                 peer_pgids=[readies[1].process.pgid, *readies[0].container_pgids,
                                             *readies[1].container_pgids])
 
