@@ -194,8 +194,9 @@ async def test_a_container_engine_runs_on_an_ssh_host_and_is_gone_after_its_tria
         assert trial.argv[:4] == [*PODMAN, "run"] and trial.sample.output_tok_s > 0
         assert trial.window.get("error") is None, trial.window
         # the container's processes (the server under catatonit) are the engine's, never foreign load
+        # (other tests' fake engines run beside this one in the suite: ours is the one on its port)
         foreign = [p["command"] for p in trial.window["foreign_processes"]]
-        assert not [c for c in foreign if "fake_engine" in c], foreign
+        assert not [c for c in foreign if f"fake_engine --port {engine.port}" in c], foreign
         assert trial.window["cpu"]["engine_cpu_s"] > 0, trial.window["cpu"]
         assert _ours(tmp_path) == []  # stopped and removed by its name, over SSH
         missing = engine.model_copy(update={"container": box.model_copy(update={"image": "localhost/nope:1"})})
