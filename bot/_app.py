@@ -140,12 +140,13 @@ def base_arm(config: core.Config, choice: Choice, modes: list[str] | None, engin
                              resolve_modes(config, choice.engine_name, modes), env, args)
 
 
-def compare_request(config: core.Config, choice: Choice, host: Host, head_ref: str, base_ref: str | None,
+def compare_request(config: core.Config, choice: Choice, host: Host, head_ref: str | None, base_ref: str | None,
                     modes: list[str] | None, settings: core.CompareConfig | None = None,
                     force_clean: bool = False, base: tuple[str, core.EngineConfig] | None = None) -> CompareRequest:
     """A validated compare of ``head_ref`` against ``base_ref`` (``None``: its first parent, or
     with ``base`` its own commit), the base arm on ``base`` (name, set-up: :func:`base_arm`,
-    which checked it) when given.
+    which checked it) when given; ``head_ref`` ``None``: two set-ups without a repo
+    (core._experiments.arms).
 
     Raises:
         core.ConfigError: a mode the engine lacks.

@@ -76,7 +76,7 @@ def _host(config: Config, name: str, workdir: str | Path | None) -> Host:
     return open_host(name, config.hosts[name], Path(workdir) if workdir else data_dir() / "work", config.source)
 
 
-async def compare_commit(config: Config, commit: str, *, base: str | None = None, engine: str | None = None,
+async def compare_commit(config: Config, commit: str | None, *, base: str | None = None, engine: str | None = None,
                          workload: str = "default", modes: list[str] | None = None, host: str | None = None,
                          workdir: str | Path | None = None, wait: bool = True,
                          observer: CompareObserver | None = None, base_engine: str | None = None) -> CompareResult:
@@ -84,7 +84,8 @@ async def compare_commit(config: Config, commit: str, *, base: str | None = None
     the only one) and its host (or ``host``), holding the host's lock (``wait``: wait for a busy
     host, else raise). Nothing is stored; ``observer`` hears the progress. ``base_engine``: the
     base arm on that engine entry's set-up (issue 39, core._experiments.arms; default base: the
-    commit itself).
+    commit itself); when neither engine has a repo, ``commit`` and ``base`` are ``None`` and the
+    arms are the two set-ups alone.
 
     Returns:
         The :class:`CompareResult`: ``status`` (a :class:`RunStatus`), ``verdicts`` by mode
@@ -92,8 +93,9 @@ async def compare_commit(config: Config, commit: str, *, base: str | None = None
 
     Raises:
         ConfigError: an unknown engine, workload, host or mode, or a base engine that cannot
-            be the other arm (another model or host, a mode it lacks).
-        GitError: a bad ref (before anything runs).
+            be the other arm (another model or host, a mode it lacks), or a missing container image.
+        GitError: a bad ref (before anything runs), a commit named for set-ups without a
+            repo, or none named for an engine with one.
         HostError: the host cannot be reached, or is busy and ``wait`` is false.
     """
     name = _only(config.engines, engine, "engine")

@@ -50,12 +50,12 @@ class RunStore(CompareObserver):
         arms = {} if not set_up or request.base_engine is None else {"arms": {
             "base_engine": request.base_engine_name, "set_up": redact(set_up),
             "base_engine_config": redact(request.base_engine.model_dump())}}
-        default_base = request.head_ref if request.base_engine is not None else f"{request.head_ref}^"
+        base_ref, head_ref = request.refs()
         with Session(self.db) as session:
             run = Run(
                 engine_name=request.engine_name, workload_name=request.workload_name,
-                base_ref=request.base_ref or default_base, base_sha=base_sha,
-                head_ref=request.head_ref, head_sha=head_sha, modes=list(request.modes), host=request.host.name,
+                base_ref=base_ref, base_sha=base_sha, head_ref=head_ref, head_sha=head_sha, modes=list(request.modes),
+                host=request.host.name,
                 settings={"compare": request.settings.model_dump(), "workload": request.workload.model_dump(),
                           "engine": redact(request.engine.model_dump()), "host_where": request.host.where,
                           "client": "local" if request.host.is_local else request.host.client_where,

@@ -13,13 +13,15 @@ test engine's version is tests/test_arms_vllm.py.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import core
-from core._experiments.arms import check_set_ups, set_up_differences, with_overrides
+from core._experiments.arms import check_set_ups, set_up_differences, set_up_id, with_overrides
 from core._experiments.stats import INCONCLUSIVE, NO_CHANGE, REGRESSION
 from tests.conftest import ROOT, free_port, record_verdict, specperf_in_process
 
@@ -74,9 +76,30 @@ def test_set_ups_that_serve_another_model_or_lack_a_mode_are_refused():
                   ["baseline", "eagle3"])  # another release's venv: a set-up difference
 
 
+def test_set_ups_without_a_repo_are_arms_of_their_own_named_by_a_digest():
+    check_set_ups("old", ENGINE.model_copy(update={"python": "/venv-0.18/bin/python"}), "new", ENGINE,
+                  ["baseline", "eagle3"])  # two releases' venvs, neither a checkout
+    for field, value, needs in (("build", ["make"], "its build needs a commit's checkout"),
+                                ("source_dir", "", "its source_dir needs"),
+                                ("args", ["--x", "{worktree}/a"], "its args ({worktree} or {prefix}) needs"),
+                                ("env", {"P": "{prefix}/lib"}, "its env ({worktree} or {prefix}) needs")):
+        with pytest.raises(core.ConfigError, match=rf"engine 'new' has no repo but {re.escape(needs)}"):
+            check_set_ups("old", ENGINE, "new", ENGINE.model_copy(update={field: value}), ["baseline"])
+    # the identity stored where a commit's SHA goes: a SHA's length, the same for the same set-up
+    # wherever it listens, another for another variable, release or image content
+    ident = set_up_id(ENGINE)
+    assert len(ident) == 40 and ident.startswith("setup-") and ident == set_up_id(ENGINE.model_copy(
+        update={"port": 9001, "ready_timeout_s": 5}))
+    others = {set_up_id(ENGINE.model_copy(update={"env": {"A": "2"}})),
+              set_up_id(ENGINE.model_copy(update={"python": "/venv-0.19/bin/python"})),
+              set_up_id(ENGINE, image_id="sha256:1"), set_up_id(ENGINE, image_id="sha256:2")}
+    assert len(others) == 4 and ident not in others
+
+
 def _config(tmp_path: Path, repo: Path, port: int, more: str = "") -> Path:
-    """Three entries of the fake engine: ``fake`` with every token 50% slower (the commit's set-up
-    in these tests), ``other-model``, which serves something else, and ``baseline-only``."""
+    """Four entries of the fake engine: ``fake`` with every token 50% slower (the commit's set-up
+    in these tests), ``other-model``, which serves something else, ``baseline-only``, and
+    ``plain``, without a repo (its code from ``repo``'s checkout as a folder like any other)."""
     config = tmp_path / "specperf.toml"
     engine = (f'kind = "command"\nrepo = "{repo}"\nsource_dir = "src"\nsource_package = "fake_engine"\n'
               f'python = "{sys.executable}"\ncommand = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\n'
@@ -86,6 +109,10 @@ def _config(tmp_path: Path, repo: Path, port: int, more: str = "") -> Path:
         '[engines.fake.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
         f'[engines.other-model]\n{engine}model = "/elsewhere"\nenv = {{ PYTHONPATH = "{ROOT}" }}\n'
         f'[engines.baseline-only]\n{engine}env = {{ PYTHONPATH = "{ROOT}" }}\n'
+        f'[engines.plain]\nkind = "command"\npython = "{sys.executable}"\n'
+        'command = ["{python}", "-m", "fake_engine", "--port", "{port}"]\n'
+        f'port = {port}\nready_timeout_s = 20\nstop_grace_s = 3\nenv = {{ PYTHONPATH = "{ROOT}:{repo}/src" }}\n'
+        '[engines.plain.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
         '[compare]\nmin_trials = 4\nmax_trials = 8\ncooldown_s = 0\non_disturbed = "keep"\nprofile = "never"\n'
         'modes = ["baseline", "eagle3"]\n'
         '[workloads.default]\noutput_len = 128\nconcurrency = 2\nrequests = 8\nwarmup_requests = 1\n' + more)
@@ -104,6 +131,16 @@ def test_bad_set_up_options_are_one_error_before_anything_runs(repo, tmp_path):
         done = specperf_in_process(common + extra, cwd=tmp_path)
         assert done.returncode == 2, (extra, done.stdout, done.stderr)
         assert cause in done.stderr and len(done.stderr.strip().splitlines()) == 1, (extra, done.stderr)
+    # set-ups without a repo name no commit; an engine with one needs it; a compare is one or the other
+    for argv, cause in ((common + ["--base-engine", "plain", "--engine", "plain"],
+                         "engines 'plain' and 'plain' have no repo, so the arms are their set-ups alone: name no "
+                         "commit (base) and no --base"),
+                        ([a for a in common if a != "base"] + ["--base-env", "A=1"], "engine 'fake' has a repo"),
+                        ([a for a in common if a != "base"], "compare takes the commit to test"),
+                        (common + ["--base-engine", "plain"], "engine 'plain' has no repo and engine 'fake' has one")):
+        done = specperf_in_process(argv, cwd=tmp_path)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert cause in done.stderr and len(done.stderr.strip().splitlines()) == 1, (argv, done.stderr)
     assert not (tmp_path / "db.sqlite").exists()  # nothing recorded: nothing ran
 
 
@@ -154,13 +191,18 @@ def test_an_environment_variable_in_one_set_up_reads_as_a_regression_named_first
 
 @pytest.mark.e2e
 def test_the_same_entry_on_both_sides_never_reads_as_a_change(repo, tmp_path, record_property):
+    # an entry without a repo (a release's venv as installed): no commit is named, the arms are the set-ups
+    subprocess.run(["git", "-C", str(repo[0]), "checkout", "-q", "base"], check=True)  # the engine's code
     config = _config(tmp_path, repo[0], free_port(2))
-    done = specperf_in_process(["--config", str(config), "compare", "base", "--engine", "fake", "--base-engine",
-                                "fake", "--db", f"sqlite:///{tmp_path}/db.sqlite", "--json",
-                                str(tmp_path / "report.json")], cwd=tmp_path)
+    done = specperf_in_process(["--config", str(config), "compare", "--engine", "plain", "--base-engine", "plain",
+                                "--db", f"sqlite:///{tmp_path}/db.sqlite", "--json", str(tmp_path / "report.json")],
+                               cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "their set-ups differ in: nothing (an A/A of one set-up)" in done.stdout, done.stdout
+    assert "A/A: both sides are the same set-up" in done.stdout, done.stdout
     report = json.loads((tmp_path / "report.json").read_text())
+    ident = set_up_id(core.load_config(config).engine("plain"))  # no image: the digest of the entry alone
+    assert f"engine plain ({ident[:12]}) against engine plain ({ident[:12]})" in done.stdout, done.stdout
     for mode in ("baseline", "eagle3"):
         verdict = report["modes"][mode]["verdict"]
         record_verdict(record_property, f"aa-{mode}", verdict)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import subprocess
 import sys
 
 import pytest
@@ -400,36 +401,50 @@ async def test_recheck_from_slack_answers_against_the_stored_run_in_its_thread(m
 
 
 async def test_a_compare_of_two_engine_entries_from_slack_names_what_differs(make_bot, emulator, repo):
-    """``/specperf compare base --base-engine fake-fast`` (issue 39): the base arm on another
-    config entry (the fake engine with every token 23% sooner, and port 1: an arm runs on the
-compare's port), the commit's on ``fake``: the job
-    queues with both engines named, reads REGRESSION, and its verdict message in the thread says
-    what differs between the set-ups first. A base engine the config lacks is a usage error, and
-    one the user may not use is refused, each before anything is queued."""
-    fast = ('[engines.fake-fast]\nkind = "command"\nrepo = "{repo}"\nsource_dir = "src"\n'
-            'python = "{python}"\ncommand = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = 1\n'
-            'env = {{ PYTHONPATH = "{root}", FAKE_ENGINE_ITL_SCALE = "0.77" }}\nready_timeout_s = 20\nstop_grace_s = 3\n'
-            '[engines.fake-fast.modes]\nbaseline = []\n'
-            '[slack.allow.engines.fake]\nusers = ["U_FAKE_ONLY"]\nchannels = ["C_ALLOWED"]\n')
-    bot = await make_bot(trials=4, workload="output_len = 64\nrequests = 4\nwarmup_requests = 1\n" + fast.format(
-        repo=repo[0], python=sys.executable, root=ROOT))
-    for text, user, answer in (("nope", "U_ALLOWED", "usage error: no engine named 'nope'"),
-                               ("fake-fast", "U_FAKE_ONLY", "refused: <@U_FAKE_ONLY> in this channel is not allowed to use "
-                                                            "specperf on host local and engine fake-fast")):
-        response, _ = await post_command(bot.port, form(f"compare base --engine fake --base-engine {text} --modes baseline",
-                                                        user=user))
+    """``/specperf compare --engine fake-plain --base-engine fake-fast`` (issue 39): two config
+    entries without a repo (the fake engine's code from a folder, every token 23% sooner in
+    ``fake-fast``; its port 1: an arm runs on the compare's port), so no commit is named: the job
+    queues with both engines named, reads REGRESSION, is stored with each set-up's identity where
+    a commit's SHA goes, and its verdict message in the thread says what differs between the
+    set-ups first. A base engine the config lacks is a usage error, one the user may not use is
+    refused, and a compare on an engine with a repo that names no commit is a usage error, each
+    before anything is queued."""
+    subprocess.run(["git", "-C", str(repo[0]), "checkout", "-q", "base"], check=True)  # the engine's code
+    entry = ('[engines.{name}]\nkind = "command"\npython = "{python}"\n'
+             'command = ["{{python}}", "-m", "fake_engine", "--port", "{{port}}"]\nport = 1\n'
+             'env = {{ PYTHONPATH = "{root}:{repo}/src"{more} }}\nready_timeout_s = 20\nstop_grace_s = 3\n'
+             '[engines.{name}.modes]\nbaseline = []\n')
+    entries = "".join(entry.format(name=name, repo=repo[0], python=sys.executable, root=ROOT, more=more)
+                      for name, more in (("fake-fast", ', FAKE_ENGINE_ITL_SCALE = "0.77"'), ("fake-plain", "")))
+    bot = await make_bot(trials=4, workload="output_len = 64\nrequests = 4\nwarmup_requests = 1\n" + entries +
+                         '[slack.allow.engines.fake]\nusers = ["U_FAKE_ONLY"]\nchannels = ["C_ALLOWED"]\n')
+    for text, user, answer in (("--engine fake --base-engine nope", "U_ALLOWED", "usage error: no engine named 'nope'"),
+                               ("--engine fake --base-engine fake-fast", "U_FAKE_ONLY",
+                                "refused: <@U_FAKE_ONLY> in this channel is not allowed to use specperf on host local "
+                                "and engine fake-fast")):
+        response, _ = await post_command(bot.port, form(f"compare {text} --modes baseline", user=user))
         assert response.json()["text"].startswith(answer), (text, response.json())
+    # the refs are resolved after the acknowledgement: its usage error comes to the response URL
+    await post_command(bot.port, form("compare --engine fake --modes baseline", trigger="t-nocommit",
+                                      response_url=emulator.response_url("nocommit")))
+    reply = await wait_for(lambda: next((r for r in emulator.recorded("response") if r.body["name"] == "nocommit"), None),
+                           20, what="the reply to a compare without a commit")
+    assert reply.body["text"].startswith("usage error: engine 'fake' has a repo"), reply.body
     assert _jobs(bot.db) == []
-    response, _ = await post_command(bot.port, form("compare base --engine fake --base-engine fake-fast --modes baseline",
+    response, _ = await post_command(bot.port, form("compare --engine fake-plain --base-engine fake-fast --modes baseline",
                                                     response_url=emulator.response_url()))
     assert "working on it" in response.json()["text"], response.json()
     job = await wait_for(lambda: next((j for j in _jobs(bot.db) if j.status in ("done", "failed")), None),
                          what="the job to finish")
     assert job.status == "done", job.reason
     parent = emulator.recorded("chat.postMessage")[0].body["text"]
-    assert "base engine `fake-fast` against engine `fake`" in parent, parent
+    assert "compare `engine fake-plain` (setup-" in parent and "against `engine fake-fast` (setup-" in parent, parent
+    assert "base engine `fake-fast` against engine `fake-plain`" in parent, parent
     stored = storage.load_run(bot.db, job.run_id)
-    assert stored.run.base_sha == stored.run.head_sha and stored.run.settings["arms"]["base_engine"] == "fake-fast"
+    run = stored.run
+    assert (run.base_ref, run.head_ref) == ("engine fake-fast", "engine fake-plain"), (run.base_ref, run.head_ref)
+    assert run.base_sha.startswith("setup-") and run.head_sha.startswith("setup-") and run.base_sha != run.head_sha
+    assert run.settings["arms"]["base_engine"] == "fake-fast"
     assert [v.verdict for v in stored.verdicts] == ["REGRESSION"], [(v.verdict, v.change_pct) for v in stored.verdicts]
     verdict = await wait_for(lambda: next((p for p in emulator.recorded("chat.postMessage")[1:] if p.body.get("blocks")),
                                           None), 30, what="the verdict message")

@@ -1,7 +1,8 @@
 """Engines in containers (core/_hosts/container.py, issue 39): the fast fake engine
 (tests/fake_engine_repo.py) run by real podman in the local Debian base image
-(scripts/setup-containers), measured, compared, stopped and removed by name; a missing image;
-a specperf killed with SIGKILL mid-launch. The argv and config rules are fast unit tests."""
+(scripts/setup-containers), measured, compared image against image (no repo: the arms are the
+two images), stopped and removed by name; a missing image; a specperf killed with SIGKILL
+mid-launch; an SSH host. The argv and config rules are fast unit tests."""
 
 from __future__ import annotations
 
@@ -80,9 +81,8 @@ def podman():
 
 def _config(tmp_path: Path, repo: Path, port: int, image: str = BASE_IMAGE, workload: str = "") -> Path:
     """The fake engine's repository served in a container of ``image`` (the image's python3,
-    the checkout mounted read-only for tests.exact_rate_server), every token 50% slower than
-    the commit's own (the commit's set-up in the compare). ``measure``, which launches outside
-    any worktree, finds the engine in the repository's own checkout (mounted too)."""
+    the checkout mounted read-only for tests.exact_rate_server). ``measure``, which launches
+    outside any worktree, finds the engine in the repository's own checkout (mounted too)."""
     config = tmp_path / "specperf.toml"
     run_args = [*RUN_ARGS, "-v", f"{repo}:{repo}:ro"]
     cpus = sorted(os.sched_getaffinity(0))  # the rest tier's CPUs: the container's cgroup is not this process's
@@ -91,7 +91,7 @@ def _config(tmp_path: Path, repo: Path, port: int, image: str = BASE_IMAGE, work
         f'[engines.boxed]\nkind = "command"\nrepo = "{repo}"\nsource_dir = "src"\npython = "python3"\n'
         'command = ["{python}", "-m", "fake_engine", "--port", "{port}"]\n'
         f'port = {port}\nready_timeout_s = 30\nstop_grace_s = 3\ncpus = {cpus}\n'
-        f'env = {{ PYTHONPATH = "{ROOT}:{repo}/src", FAKE_ENGINE_ITL_SCALE = "1.5" }}\n'
+        f'env = {{ PYTHONPATH = "{ROOT}:{repo}/src" }}\n'
         f'[engines.boxed.container]\ncli = {json.dumps(PODMAN)}\nimage = "{image}"\nrun_args = {json.dumps(run_args)}\n'
         '[engines.boxed.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n'
         '[compare]\nmin_trials = 4\nmax_trials = 8\ncooldown_s = 0\non_disturbed = "keep"\nprofile = "never"\n'
@@ -107,15 +107,55 @@ def _ours(tmp_path: Path) -> list[str]:
     return listed.stdout.split()
 
 
+@pytest.fixture
+def slow_image(podman, tmp_path):
+    """A second image: the base with ``FAKE_ENGINE_ITL_SCALE=1.5`` in its environment (every token
+    of the fake engine 50% slower), as a new release's image that got slower; removed after."""
+    tag = f"localhost/specperf-slow:{os.getpid()}-{tmp_path.name}".lower()[:120]
+    context = tmp_path / "image"
+    context.mkdir()
+    (context / "Containerfile").write_text(f"FROM {BASE_IMAGE}\nENV FAKE_ENGINE_ITL_SCALE=1.5\n")
+    subprocess.run([*PODMAN, "build", "-q", "-t", tag, str(context)], check=True, capture_output=True)
+    yield tag
+    subprocess.run([*PODMAN, "rmi", "-f", tag], capture_output=True)
+
+
+def _images_config(tmp_path: Path, repo: Path, port: int, new_image: str) -> Path:
+    """Two engine entries without a repo that differ only in their image: ``old`` in the base
+    image, ``new`` in ``new_image``; the fake engine's code mounted read-only from ``repo``'s
+    checkout (a folder like any other here: neither entry names a repo)."""
+    config = tmp_path / "specperf.toml"
+    run_args = [*RUN_ARGS, "-v", f"{repo}:{repo}:ro"]
+    cpus = sorted(os.sched_getaffinity(0))  # the rest tier's CPUs: the container's cgroup is not this process's
+    entries = ""
+    for name, image in (("old", BASE_IMAGE), ("new", new_image)):
+        entries += (f'[engines.{name}]\nkind = "command"\npython = "python3"\n'
+                    'command = ["{python}", "-m", "fake_engine", "--port", "{port}"]\n'
+                    f'port = {port}\nready_timeout_s = 30\nstop_grace_s = 3\ncpus = {cpus}\n'
+                    f'env = {{ PYTHONPATH = "{ROOT}:{repo}/src" }}\n'
+                    f'[engines.{name}.container]\ncli = {json.dumps(PODMAN)}\nimage = "{image}"\n'
+                    f'run_args = {json.dumps(run_args)}\n'
+                    f'[engines.{name}.modes]\nbaseline = []\neagle3 = ["--itl-scale", "0.5"]\n')
+    config.write_text(
+        f'[hosts.local]\nworkdir = "{tmp_path}/work"\n' + entries +
+        '[compare]\nmin_trials = 4\nmax_trials = 8\ncooldown_s = 0\non_disturbed = "keep"\nprofile = "never"\n'
+        'modes = ["baseline", "eagle3"]\n'
+        '[workloads.default]\noutput_len = 128\nconcurrency = 2\nrequests = 8\nwarmup_requests = 1\n')
+    return config
+
+
 @pytest.mark.e2e
 @pytest.mark.container
-def test_a_container_engine_is_compared_and_each_container_is_gone_after_its_trial(podman, repo, tmp_path,
-                                                                                   record_property):
-    config = _config(tmp_path, repo[0], free_port(2))
+def test_two_images_without_a_repo_are_compared_and_each_container_is_gone_after_its_trial(slow_image, repo, tmp_path,
+                                                                                           record_property):
+    subprocess.run(["git", "-C", str(repo[0]), "checkout", "-q", "base"], check=True)  # the engine's code
+    config = _images_config(tmp_path, repo[0], free_port(2), slow_image)
     db = f"sqlite:///{tmp_path}/db.sqlite"
-    done = specperf_in_process(["--config", str(config), "compare", "base", "--engine", "boxed", "--base-env",
-                                "FAKE_ENGINE_ITL_SCALE=1", "--db", db, "--json", str(tmp_path / "report.json")],
-                               cwd=tmp_path)
+    common = ["--config", str(config), "compare", "--base-engine", "old", "--engine", "new", "--db", db]
+    named = specperf_in_process([*common[:3], "base", *common[3:]], cwd=tmp_path)  # no repo: no commit to name
+    assert named.returncode == 2 and "have no repo, so the arms are their set-ups alone: name no commit (base)" \
+        in named.stderr, named.stdout + named.stderr
+    done = specperf_in_process([*common, "--json", str(tmp_path / "report.json")], cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     for mode in ("baseline", "eagle3"):
@@ -123,15 +163,23 @@ def test_a_container_engine_is_compared_and_each_container_is_gone_after_its_tri
         record_verdict(record_property, mode, verdict)
         # ITL x 1.5 is -33% tok/s (as tests/test_arms.py, the same engine as a process)
         assert verdict["verdict"] == REGRESSION and -45 < verdict["change_pct"] < -20, (mode, verdict)
-    assert report["environment"]["arms_differ"][0] == "engine env FAKE_ENGINE_ITL_SCALE: 1 -> 1.5"
+    assert report["environment"]["arms_differ"][0] == f"engine container image: {BASE_IMAGE} -> {slow_image}"
     with Session(storage.open_database(db)) as session:
+        run = session.get(storage.Run, report["run_id"])
+        assert run is not None
+        # each arm stored by its image and the digest of its set-up (the image's ID in it) where a commit goes
+        assert (run.base_ref, run.head_ref) == (BASE_IMAGE, slow_image), (run.base_ref, run.head_ref)
+        assert run.base_sha.startswith("setup-") and run.head_sha.startswith("setup-") and run.base_sha != run.head_sha
+        assert f"{slow_image} ({run.head_sha[:12]}) against {BASE_IMAGE} ({run.base_sha[:12]})" in done.stdout
         trials = list(session.exec(select(storage.Trial)))
     assert len(trials) == len(report["launches"]) >= 16
-    for argv in (trial.argv for trial in trials):  # each a named container of the image, its env passed by name only
-        assert argv[:4] == [*PODMAN, "run"] and BASE_IMAGE in argv, argv
-        name = argv[argv.index("--name") + 1]
-        assert name.startswith("specperf-boxed-") and "FAKE_ENGINE_ITL_SCALE=1.5" not in " ".join(argv), argv
+    for argv in (trial.argv for trial in trials):  # each a named container of its image, no worktree mounted
+        assert argv[:4] == [*PODMAN, "run"] and (BASE_IMAGE in argv) != (slow_image in argv), argv
+        assert argv[argv.index("--name") + 1].startswith(("specperf-old-", "specperf-new-")) and "-w" not in argv, argv
     assert _ours(tmp_path) == []  # every one stopped and removed by its name
+    shown = specperf_in_process(["--config", str(config), "show", str(report["run_id"]), "--db", db], cwd=tmp_path)
+    assert shown.returncode == 0 and f"{slow_image} ({run.head_sha[:12]}) against {BASE_IMAGE}" in shown.stdout, \
+        shown.stdout + shown.stderr
 
 
 @pytest.mark.e2e

@@ -92,7 +92,7 @@ def _percent(text: str) -> float:
 
 
 def _compare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("commit", type=_ref)
+    p.add_argument("commit", type=_ref, nargs="?", help="none when neither engine has a repo (two set-ups)")
     p.add_argument("--base", type=_ref)
     p.add_argument("--host", type=_name)
     p.add_argument("--engine", type=_name)
@@ -210,7 +210,8 @@ def parse(text: str) -> Command:
     Raises:
         UsageError: text longer than :data:`MAX_COMMAND_CHARS`, unbalanced quotes, an unknown
             subcommand or option, a missing or bad argument (a ref with shell characters, a
-            non-numeric job id); the message says which, with the usage line.
+            non-numeric job id, a compare with neither a commit nor ``--base-engine``); the
+            message says which, with the usage line.
     """
     if len(text or "") > MAX_COMMAND_CHARS:
         raise UsageError(f"the command is {len(text):,} characters long; at most {MAX_COMMAND_CHARS:,} are read")
@@ -227,6 +228,9 @@ def parse(text: str) -> Command:
     except argparse.ArgumentError as exc:  # exit_on_error=False raises these for bad values
         raise UsageError(f"{exc}\nusage: {_usage(words[0])}") from None
     options = vars(namespace)
+    if options["command"] == "compare" and options["commit"] is None and options["base_engine"] is None:
+        raise UsageError("compare takes the commit to test (or, for two engine entries without a repo, "
+                         f"--base-engine and no commit)\nusage: {_usage('compare')}")
     return Command(options.pop("command"), options)
 
 

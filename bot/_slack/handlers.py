@@ -226,9 +226,9 @@ class SlackCommands:
         if (refused := await self._resolve(job, host)) is not None:
             return refused
         base_sha, head_sha = job.args["base_sha"], job.args["head_sha"]
-        base = cmd.base or (cmd.commit if cmd.base_engine else f"{cmd.commit}^")
+        base, head = compare_request(self.config, job, self.queue.host(host)).refs()
         on = f"engine `{engine}`" if not cmd.base_engine else f"base engine `{cmd.base_engine}` against engine `{engine}`"
-        return await self._queue(job, who, body, f"<@{who[0]}> compare `{cmd.commit}` ({head_sha[:10]}) against `{base}` "
+        return await self._queue(job, who, body, f"<@{who[0]}> compare `{head}` ({head_sha[:10]}) against `{base}` "
                                  f"({base_sha[:10]}) on host `{host}`, {on}, modes {', '.join(cmd.modes)}")
 
     async def _cmd_calibrate(self, cmd, who, body, host, engine):

@@ -51,6 +51,8 @@ def job_what(job: storage.Job) -> str:
         return f"bisect `{args.get('good_ref')}`..`{args.get('bad_ref')}`"
     if job.kind == "recheck":
         return f"recheck run {args.get('recheck_of')}"
+    if args.get("head_ref") is None and job.kind == "compare":  # two set-ups without a repo
+        return f"compare engine `{job.engine_name}` against `{args.get('base_engine')}`"
     return f"{job.kind} `{args.get('head_ref')}`"
 
 

@@ -43,7 +43,9 @@ from core._hosts import SlurmHost
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``compare``, ``calibrate``, ``recheck``, ``show`` and ``history`` to ``sub``."""
     c = sub.add_parser("compare", help="measure a commit against its base, interleaved, and give a verdict per mode")
-    c.add_argument("commit", help="the commit to test (SHA, branch or tag)")
+    c.add_argument("commit", nargs="?",
+                   help="the commit to test (SHA, branch or tag); none when neither --engine nor --base-engine has "
+                        "a repo: the arms are then the two set-ups alone (two releases' venvs, two container images)")
     c.add_argument("--base", help="the base to compare against (default: the commit's first parent)")
     c.add_argument("--modes", help="comma-separated modes (default: [compare].modes that the engine has)")
     c.add_argument("--base-engine", metavar="NAME",
@@ -204,6 +206,9 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf compare``: 0 with a verdict per mode, 3 for a FAILED run, 5 for a run the
     host refused (foreign processes on its GPUs: a host error)."""
     _check_outputs(args)
+    if args.commit is None and not any(getattr(args, name, None) for name in ("base_engine", "base_env", "base_args")):
+        raise core.ConfigError("compare takes the commit to test (or, for set-ups without a repo, --base-engine, "
+                               "--base-env or --base-args and no commit)")
     config = load_config(args.config)
     choice = app.choose(config, args.engine, args.workload, args.host)
     if (recheck_of := getattr(args, "recheck_of", None)) is not None:  # its workload, not today's of that name
@@ -217,11 +222,13 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         base_sha, head_sha = await resolve_refs(request)  # bad refs stop here, before anything runs
         set_up = request.set_up_differences()
         if base is not None:
-            console.print(f"the base arm runs engine {base[0]}, the commit's arm engine {choice.engine_name}; their "
+            other = "the commit's arm" if request.head_ref else "the other arm"
+            console.print(f"the base arm runs engine {base[0]}, {other} engine {choice.engine_name}; their "
                           "set-ups differ in: " + ("; ".join(set_up) or "nothing (an A/A of one set-up)"),
                           markup=False, highlight=False)
         if base_sha == head_sha and not set_up:
-            console.print("A/A: both sides are the same commit, so this measures the noise of the set-up", markup=False)
+            same = "commit" if request.head_ref else "set-up"
+            console.print(f"A/A: both sides are the same {same}, so this measures the noise of the set-up", markup=False)
         db = database(config, args.db)
         goal = getattr(args, "calibration", None)  # specperf calibrate: an A/A run stored as a calibration
         # a calibration or a recheck fixes its launches: no plan from the host's calibration
@@ -238,8 +245,10 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
             recorded["run_id"] = run_id
             client = host.client_where
             on_base = f" on engine {base[0]}" if base is not None else ""
-            console.print(f"run {run_id}: {choice.engine_name}, {args.commit} ({head_sha[:12]}) against "
-                          f"{base_sha[:12]}{on_base}, modes {', '.join(request.modes)}, host {choice.host_name} ({host.where}; "
+            base_ref, head_ref = request.refs()
+            console.print(f"run {run_id}: {choice.engine_name}, {head_ref} ({head_sha[:12]}) against "
+                          f"{base_ref} ({base_sha[:12]}){on_base}, modes {', '.join(request.modes)}, "
+                          f"host {choice.host_name} ({host.where}; "
                           f"the benchmark client runs {client})", markup=False, highlight=False)
 
         if on_slurm:  # one Slurm job runs the whole compare on a node; its report is the stored run's

@@ -7,10 +7,19 @@ The two set-ups must serve the same model on the same host with the same workloa
 is the request's, one for both); anything else about them may differ. What differs is said first
 in the report, as lines such as ``engine env SPECPERF_X: (unset) -> 1.0``, before the snapshots'
 differences.
+
+Either both set-ups have a repo (each arm's commit is resolved in its own, and launched from
+its worktree) or neither has: then the arms are the set-ups alone (two releases' venvs, two
+container images), launched as configured, and each arm's identity, stored where a commit's SHA
+goes, is :func:`set_up_id`: ``setup-`` and a digest of the set-up (and of its image's ID when it
+runs in a container), so that history tells two set-ups apart and keeps one set-up's runs
+together.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shlex
 
@@ -31,8 +40,10 @@ def check_set_ups(base_name: str, base: EngineConfig, head_name: str, head: Engi
 
     Raises:
         ConfigError: they differ in kind, host, model or served model name (naming the field and
-            both values), the base lacks one of ``modes``, or either has no repo (each arm's
-            commit is resolved in its own; arms without any commit are not offered).
+            both values), the base lacks one of ``modes``, one has a repo and the other none (each
+            arm's commit is resolved in its own), or neither has one and a set-up needs a
+            checkout (``build``, ``source_dir``, ``source_package``, a ``{worktree}`` or
+            ``{prefix}`` placeholder).
     """
     for name in _SHARED:
         if getattr(base, name) != getattr(head, name):
@@ -44,10 +55,46 @@ def check_set_ups(base_name: str, base: EngineConfig, head_name: str, head: Engi
     if missing:
         raise ConfigError(f"base engine {base_name!r} has no mode {', '.join(missing)} (its modes: "
                           f"{', '.join(base.modes)}); both arms are measured in every mode")
-    if not base.repo or not head.repo:
-        without = base_name if not base.repo else head_name
-        raise ConfigError(f"engine {without!r} has no repo: each arm's commit is resolved in its engine's repo "
-                          f"(set engines.{without}.repo; both entries may name the same one)")
+    if bool(base.repo) != bool(head.repo):
+        without, other = (base_name, head_name) if not base.repo else (head_name, base_name)
+        raise ConfigError(f"engine {without!r} has no repo and engine {other!r} has one: the arms are either two "
+                          f"commits, each resolved in its engine's repo (set engines.{without}.repo; both entries may "
+                          "name the same one), or two set-ups without a repo")
+    if not base.repo:
+        for name, spec in ((base_name, base), (head_name, head)):
+            if (needs := _needs_checkout(spec)) is not None:
+                raise ConfigError(f"engine {name!r} has no repo but its {needs} needs a commit's checkout; set "
+                                  f"engines.{name}.repo, or drop it (a set-up without a repo is launched as configured)")
+
+
+def _needs_checkout(engine: EngineConfig) -> str | None:
+    """The first setting of ``engine`` that only a commit's worktree gives a meaning to, or ``None``."""
+    for name in ("build", "source_dir", "source_package"):
+        if getattr(engine, name) not in (None, []):  # source_dir "" is the worktree's root
+            return name
+    texts = {"python": [engine.python], "args": engine.args, "command": engine.command, "env": engine.env.values(),
+             **{f"mode {mode} args": args for mode, args in engine.modes.items()}}
+    for name, values in texts.items():
+        if any("{worktree}" in v or "{prefix}" in v for v in values):
+            return f"{name} ({{worktree}} or {{prefix}})"
+    return None
+
+
+def set_up_ref(name: str, engine: EngineConfig) -> str:
+    """How a set-up without a repo is named where a commit's ref goes (stored runs, reports,
+    Slack): its container image when it runs in one, else ``engine NAME``."""
+    return engine.container.image if engine.container else f"engine {name}"
+
+
+def set_up_id(engine: EngineConfig, image_id: str | None = None) -> str:
+    """The identity of a set-up without a repo, stored where an arm's commit SHA goes:
+    ``setup-`` and the first 34 hex digits (40 characters in all, a SHA's length) of the SHA-256 of
+    the set-up (every engine field but where it listens and how long specperf waits, as sorted
+    JSON) and ``image_id`` (the container image's ID on the host, so that a tag pulled again with
+    other content is another set-up). The same set-up gives the same identity on every run."""
+    fields = engine.model_dump(mode="json", exclude=set(_NOT_SET_UP))
+    text = json.dumps({"engine": fields, "image_id": image_id}, sort_keys=True)
+    return "setup-" + hashlib.sha256(text.encode()).hexdigest()[:34]
 
 
 def base_set_up(base_name: str, base: EngineConfig, head_name: str, head: EngineConfig, modes: list[str],

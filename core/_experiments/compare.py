@@ -52,13 +52,14 @@ from core._env.fingerprint import diff_snapshots
 from core._env.hygiene import clean_gpus
 from core._env.probe import ProbeError, probe_async
 from core._errors import ConfigError, EngineError, HostBusyError, SpecperfError, without_log_tail
-from core._experiments.arms import set_up_differences
+from core._experiments.arms import set_up_differences, set_up_id, set_up_ref
 from core._experiments.categories import category_verdicts
 from core._experiments.outputs import compare_answers
 from core._experiments.profiling import INTERRUPTED, profile_mode, wanted
 from core._experiments.report import launch_rows
 from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, REGRESSION, ArmTrial, Verdict, decide
 from core._hosts import EngineHandle, Host
+from core._hosts.container import check_image
 from core._measure.client import RequestRecord, request_settings
 from core._measure.engines import chat_template_digest
 from core._measure.trial import TrialResult, measure, measure_pair
@@ -101,7 +102,8 @@ class Arm:
 
 @dataclass
 class CompareRequest:
-    """What to compare: ``head_ref`` against ``base_ref`` (``None``: its first parent), on
+    """What to compare: ``head_ref`` against ``base_ref`` (``None``: its first parent; both
+    ``None`` for two set-ups without a repo, core._experiments.arms), on
     ``host`` (worktrees, builds and logs under its work directory). ``force_clean``: stop
     foreign processes holding the host's GPUs instead of refusing (core._env.hygiene). The caller
     holds the host's lock (:meth:`core._hosts.Host.lock`) for the whole experiment."""
@@ -110,7 +112,7 @@ class CompareRequest:
     engine: EngineConfig
     workload_name: str
     workload: WorkloadConfig
-    head_ref: str
+    head_ref: str | None
     base_ref: str | None
     modes: list[str]
     settings: CompareConfig
@@ -124,6 +126,16 @@ class CompareRequest:
         """The engine set-up of arm ``role`` (``base`` or ``head``): the base's own when it has
         one, else the request's engine."""
         return self.base_engine if role == "base" and self.base_engine is not None else self.engine
+
+    def refs(self) -> tuple[str, str]:
+        """(base, head) as named where a run is stored and shown: ``base_ref`` (default: the head's
+        ``<ref>^``, or with a set-up of its own the head's ref), ``head_ref``; for two set-ups
+        without a repo, each one's :func:`core._experiments.arms.set_up_ref`."""
+        if self.head_ref is None:
+            return (set_up_ref(self.base_engine_name or self.engine_name, self.arm_engine("base")),
+                    set_up_ref(self.engine_name, self.engine))
+        default_base = self.head_ref if self.base_engine is not None else f"{self.head_ref}^"
+        return self.base_ref or default_base, self.head_ref
 
     def set_up_differences(self) -> list[str]:
         """What differs between the arms' engine set-ups, base -> head (``[]`` for a compare of
@@ -365,16 +377,29 @@ async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
     engine's repo (the same unless the base has a set-up of its own), on the request's host;
     refs are validated and resolved before anything runs. Without ``base_ref`` the base is the
     head's first parent, or, when the arms differ in set-up, the head's own commit resolved in
-    the base's repo (the same code on two set-ups).
+    the base's repo (the same code on two set-ups). Two set-ups without a repo name no commit:
+    each arm's identity is then its :func:`core._experiments.arms.set_up_id` (a container's image
+    looked up on the host first, so a missing one is refused here).
 
     Raises:
-        GitError: no repo configured, a bad ref, or a root commit without ``base_ref``.
+        GitError: no repo configured (or, for set-ups without one, a commit named all the same),
+            a bad ref, a root commit without ``base_ref``, or no commit named for an engine
+            with a repo.
+        ConfigError: a container image missing on the host.
         HostError: the host cannot be reached.
     """
     repo, base_repo = request.engine.repo, request.arm_engine("base").repo
+    if not repo and not base_repo and request.base_engine is not None:
+        named = [ref for ref in (request.head_ref, request.base_ref) if ref]
+        if named:
+            raise _git.GitError(f"engines {request.base_engine_name!r} and {request.engine_name!r} have no repo, so the "
+                                f"arms are their set-ups alone: name no commit ({', '.join(named)}) and no --base")
+        return await _set_up_id(request, "base"), await _set_up_id(request, "head")
     if not repo or not base_repo:
         name = request.engine_name if not repo else request.base_engine_name
         raise _git.GitError(f"engine {name!r} has no repo; set engines.{name}.repo")
+    if not request.head_ref:
+        raise _git.GitError(f"engine {request.engine_name!r} has a repo ({repo}): name the commit to compare")
     host = request.host
     head = await _git.resolve_commit(host, repo, request.head_ref)
     if request.base_ref:
@@ -384,6 +409,13 @@ async def resolve_refs(request: CompareRequest) -> tuple[str, str]:
     else:
         base = await _git.first_parent(host, repo, head)
     return base, head
+
+
+async def _set_up_id(request: CompareRequest, role: str) -> str:
+    spec = request.arm_engine(role)
+    name = request.base_engine_name if role == "base" else request.engine_name
+    image = await check_image(request.host, spec.container, name or "") if spec.container else None
+    return set_up_id(spec, image)
 
 
 async def compare(request: CompareRequest, observer: CompareObserver | None = None,
@@ -434,7 +466,7 @@ async def compare(request: CompareRequest, observer: CompareObserver | None = No
 
 
 async def _experiment(request: CompareRequest, obs: CompareObserver,
-                      result: CompareResult) -> tuple[dict[str, tuple[EngineConfig, str]], dict[str, dict | None]]:
+                      result: CompareResult) -> tuple[dict[str, tuple[EngineConfig, str | None]], dict[str, dict | None]]:
     """The launches and verdicts of :func:`compare` into ``result``; returns each arm's
     (engine, worktree) and full snapshot, for the profile round."""
     settings, engine, host = request.settings, request.engine, request.host
@@ -453,12 +485,15 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
         for spec in {id(s): s for s in (request.arm_engine("base"), engine)}.values():
             for line in memory_shares(spec, request.modes):  # raises for a share that cannot fit twice
                 obs.progress(line)
-    engines: dict[str, tuple[EngineConfig, str]] = {}
+    engines: dict[str, tuple[EngineConfig, str | None]] = {}
     set_up = request.set_up_differences()
     for role, sha in (("base", result.base_sha), ("head", result.head_sha)):
         spec = request.arm_engine(role)
         obs.progress(f"preparing {role} {sha[:12]} on host {host.name}"
                      + (f" (engine {request.base_engine_name})" if role == "base" and set_up else ""))
+        if not spec.repo:  # a set-up without a repo (core._experiments.arms): launched as configured
+            engines[role] = (spec, None)
+            continue
         tree = await _git.worktree(host, spec.repo, sha)
         # one build per commit and build (command and python): another set-up's build of one commit gets a folder
         # of its own, named by a digest of what it runs
@@ -470,8 +505,8 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
         engines[role] = (arm_engine, tree)
     full = {role: await _snapshot(request, obs, f"arm-{role}", None, *engines[role], cheap=False)
             for role in engines}
-    files = [] if result.base_sha == result.head_sha or request.arm_engine("base").repo != engine.repo else \
-        await _git.changed_files(host, engine.repo, result.base_sha, result.head_sha)
+    files = [] if result.base_sha == result.head_sha or not engine.repo or request.arm_engine("base").repo != engine.repo \
+        else await _git.changed_files(host, engine.repo, result.base_sha, result.head_sha)
     # arms that differ in set-up are never inert, whatever their commits
     result.inert = None if set_up else inert_difference(files, result.base_sha, result.head_sha)
     obs.snapshot("commit-diff", {"files": files[:200], "inert": result.inert}, None)
@@ -533,7 +568,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
 
 
 async def _profile_round(request: CompareRequest, obs: CompareObserver, result: CompareResult,
-                         engines: dict[str, tuple[EngineConfig, str]], snapshots: dict[str, dict | None]) -> None:
+                         engines: dict[str, tuple[EngineConfig, str | None]], snapshots: dict[str, dict | None]) -> None:
     """Profile the modes of ``result`` that ``request.settings.profile`` asks for
     (core._experiments.profiling): each gets ``result.profiles[mode]``, also passed to the
     observer as snapshot phase ``profile-<mode>``; interrupted, the mode's document says so and
@@ -562,7 +597,7 @@ class DisturbedError(SpecperfError):
 
 
 async def _snapshot(request: CompareRequest, obs: CompareObserver, phase: str, seq: int | None,
-                    engine: EngineConfig, tree: str, cheap: bool = True) -> dict | None:
+                    engine: EngineConfig, tree: str | None, cheap: bool = True) -> dict | None:
     try:
         data = await probe_async(engine.python, cheap=cheap, env=engine.env, cwd=tree,
                                  repo=None if cheap else tree, host=request.host, container=engine.container)
@@ -593,7 +628,7 @@ def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> lis
 
 
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
-                     engine: EngineConfig, tree: str) -> TrialResult:
+                     engine: EngineConfig, tree: str | None) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
     try:
         name = request.base_engine_name if arm.role == "base" and request.base_engine_name else request.engine_name
@@ -609,7 +644,7 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
 
 
 async def _pair_trials(request: CompareRequest, obs: CompareObserver, arms: tuple[Arm, Arm], seqs: tuple[int, int],
-                       engines: dict[str, tuple[EngineConfig, str]], first: int) -> tuple[TrialResult, TrialResult]:
+                       engines: dict[str, tuple[EngineConfig, str | None]], first: int) -> tuple[TrialResult, TrialResult]:
     """Both arms launched at once and measured in turns (``[compare] pairing = "concurrent"``)."""
     mode = arms[0].mode
     obs.progress(f"trials {seqs[0]} and {seqs[1]}: {mode} base {arms[0].sha[:12]} beside commit {arms[1].sha[:12]}, "

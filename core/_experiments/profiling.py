@@ -49,7 +49,7 @@ def library_version(snapshot: dict | None, kind: str) -> str | None:
 
 
 async def profile_mode(engine_name: str, host: Host, workload: WorkloadConfig, settings: CompareConfig, mode: str,
-                       engines: dict[str, tuple[EngineConfig, str]], snapshots: dict[str, dict | None], *,
+                       engines: dict[str, tuple[EngineConfig, str | None]], snapshots: dict[str, dict | None], *,
                        head_sha: str, profile_dir: str | None, progress: Callable[[str], None],
                        on_launch: Callable[[str, EngineHandle], None]) -> dict:
     """One mode's profile round. Returns ``{"status": "done", ...}`` with

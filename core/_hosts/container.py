@@ -62,8 +62,9 @@ def run_argv(container: ContainerConfig, argv: list[str], *, name: str | None, w
     return [*words, *container.run_args, container.image, *argv]
 
 
-async def check_image(host: Host, container: ContainerConfig, engine_name: str) -> None:
-    """Make sure ``container.image`` is on ``host``: pulled there when ``container.pull``.
+async def check_image(host: Host, container: ContainerConfig, engine_name: str) -> str:
+    """Make sure ``container.image`` is on ``host``: pulled there when ``container.pull``; its
+    image ID there (``sha256:...``, as ``image inspect`` prints it).
 
     Raises:
         ConfigError: the container program is not on the host, or the image is missing and
@@ -77,7 +78,7 @@ async def check_image(host: Host, container: ContainerConfig, engine_name: str) 
         raise ConfigError(f"engine {engine_name!r}: the container program {container.cli[0]!r} is not on host "
                           f"{host.name}; install it there or set [engines.{engine_name}.container] cli")
     if result.returncode == 0:
-        return
+        return result.stdout.strip()
     if not container.pull:
         raise ConfigError(
             f"engine {engine_name!r}: image {container.image} is not on host {host.name} ({cli} image inspect: "
@@ -87,6 +88,7 @@ async def check_image(host: Host, container: ContainerConfig, engine_name: str) 
     if pulled.returncode != 0:
         raise ConfigError(f"engine {engine_name!r}: {cli} pull {container.image} failed on host {host.name}: "
                           f"{_last_line(pulled.stderr)}")
+    return await check_image(host, container.model_copy(update={"pull": False}), engine_name)
 
 
 async def remove(host: Host, container: ContainerConfig, name: str, grace_s: float) -> bool:
