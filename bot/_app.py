@@ -26,7 +26,7 @@ import core
 import storage
 from bot import _slurm_batch as slurm
 from bot._common import data_dir, pick
-from bot._runs import reconcile_runs
+from bot._runs import mode_plans, reconcile_runs
 from core._api import lock_owner
 from core._config import ContainerConfig
 from core._env.disturbance import Disturbance, judge_window
@@ -34,7 +34,6 @@ from core._env.window import WindowMonitor
 from core._experiments.arms import base_set_up
 from core._experiments.bisection import BisectObserver, BisectRequest, BisectResult, CompareRunner
 from core._experiments.bisection import bisect as run_bisect
-from core._experiments.calibrate import pair_spread_pct, plan
 from core._experiments.compare import CompareRequest
 from core._experiments.compare import compare as _compare
 from core._hosts import Host, SlurmHost
@@ -388,32 +387,29 @@ async def _bisect(config: core.Config, request: BisectRequest, store: storage.Bi
         waiter.cancel()
 
 
-def calibration_goal(launches: int, change_pct: float, power: float) -> dict:
+def calibration_goal(launches: int, change_pct: float, power: float, windows: int = 1) -> dict:
     """What a calibration is for, as its run's ``settings["calibration"]``: ``{"change_pct",
     "power"}`` (the change to detect, % of tok/s, and the power to detect it with), checked
-    with the launches per arm and mode it runs.
+    with the launches per arm and mode it runs and the windows per launch it measures.
 
     Raises:
         core.ConfigError: fewer than 2 launches, a change outside (0, 100) % or a power
-            outside (0, 1).
+            outside (0, 1), or windows outside 1..64.
     """
-    if launches < 2 or not 0 < change_pct < 100 or not 0 < power < 1:
-        raise core.ConfigError("calibrate needs --launches of at least 2, --change-pct between 0 and 100 and "
-                               "--power between 0 and 1")
+    if launches < 2 or not 0 < change_pct < 100 or not 0 < power < 1 or not 1 <= windows <= 64:
+        raise core.ConfigError("calibrate needs --launches of at least 2, --change-pct between 0 and 100, "
+                               "--power between 0 and 1 and --windows between 1 and 64")
     return {"change_pct": change_pct, "power": power}
 
 
-def calibration_lines(trials: dict, goal: dict, alpha: float) -> list[str]:
+def calibration_lines(trials: dict, goal: dict, alpha: float, cost: dict | None = None) -> list[str]:
     """Per mode of a calibration's trials (:func:`core._experiments.compare.figures`: mode -> {"base", "head"}) one
-    line: its launch-to-launch spread and the margin and launches per arm that reach ``goal``
-    (:func:`calibration_goal`) at significance ``alpha`` (:func:`core._experiments.calibrate.plan`)."""
-    lines = []
-    for mode, arms in trials.items():
-        spread = pair_spread_pct(arms["base"], arms["head"])
-        line = plan(spread, goal["change_pct"], goal["power"], alpha).line() if spread \
-            else "too few undisturbed pairs for a spread"
-        lines.append(f"calibration {mode}: {line}")
-    return lines
+    line: its plan for ``goal`` (:func:`calibration_goal`) at significance ``alpha``
+    (:func:`bot._runs.mode_plans`: from the noise split and ``cost`` when its launches measured
+    several windows, else from the launch-to-launch spread)."""
+    plans = mode_plans(trials, goal, alpha, cost)
+    return [f"calibration {mode}: " + (plans[mode].line() if mode in plans else "too few undisturbed pairs for a spread")
+            for mode in trials]
 
 
 @dataclass(frozen=True)

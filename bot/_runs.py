@@ -11,7 +11,7 @@ import core
 import storage
 from bot import _slurm_batch as slurm
 from bot._common import open_host, owner_alive
-from core._experiments.calibrate import Plan, pair_spread_pct, plan
+from core._experiments.calibrate import Plan, noise_split, pair_spread_pct, plan, plan_windows
 from core._experiments.compare import arm_differences, judge_compare, verdict_for, with_places
 from core._experiments.compare import kept as _kept
 from core._experiments.report import launch_rows, summarize
@@ -294,18 +294,31 @@ def recheck_report(db, stored: storage.StoredRun, of_run: int) -> dict:
 
 def calibration_plans(db, engine_name: str, host: str, workload_name: str,
                       settings: core.CompareConfig) -> tuple[int | None, dict[str, Plan]]:
-    """(run id, per mode the :func:`core._experiments.calibrate.plan` from its spread) of the newest calibration of
-    this engine, host and workload measured with ``settings.pairing`` (the spread of launches
-    one at a time and of two engines in turns differ five-fold on a VM: 10.5% against 2.1%,
-    bench/NOISE_RESULTS.md); ``(None, {})`` when there is none."""
+    """(run id, per mode the plan) of the newest calibration of this engine, host and workload
+    measured with ``settings.pairing`` (the spread of launches one at a time and of two engines
+    in turns differ five-fold on a VM: 10.5% against 2.1%, bench/NOISE_RESULTS.md); ``(None,
+    {})`` when there is none. A mode whose calibration measured several windows per launch gets
+    launches and windows from its noise split and costs
+    (:func:`core._experiments.calibrate.plan_windows`), else launches from its spread
+    (:func:`core._experiments.calibrate.plan`)."""
     run = storage.latest_calibration(db, engine_name, host, workload_name, settings.pairing)
     if run is None:
         return None, {}
-    goal = run.settings["calibration"]
-    _, trials = stored_report(storage.load_run(db, run.id))
+    return run.id, mode_plans(stored_report(storage.load_run(db, run.id))[1], run.settings["calibration"],
+                              settings.alpha, run.settings.get("cost"))
+
+
+def mode_plans(trials: dict, goal: dict, alpha: float, cost: dict | None) -> dict[str, Plan]:
+    """Per mode of a calibration's trials (:func:`core._experiments.compare.figures`: mode ->
+    {"base", "head"}) its plan for ``goal`` (``{"change_pct", "power"}``) at significance
+    ``alpha``: from the noise split and ``cost`` (the run's) when its launches measured several
+    windows, else from the pair spread; a mode with too few pairs has none."""
     plans = {}
     for mode, arms in trials.items():
+        split = noise_split(arms["base"], arms["head"], cost)
         spread = pair_spread_pct(arms["base"], arms["head"])
-        if spread:
-            plans[mode] = plan(spread, goal["change_pct"], goal["power"], settings.alpha)
-    return run.id, plans
+        if split is not None:
+            plans[mode] = plan_windows(split, goal["change_pct"], goal["power"], alpha)
+        elif spread:
+            plans[mode] = plan(spread, goal["change_pct"], goal["power"], alpha)
+    return plans

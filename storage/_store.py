@@ -125,7 +125,7 @@ class RunStore(CompareObserver):
             row.acceptance_per_position = list(figures.acceptance_per_position or ()) or None
             row.engine_output_tok_s = figures.output_tok_s
             row.engine_figures_source = figures.source
-            row.requests = [request_doc(r) for r in sample.requests]
+            row.requests = [request_doc(r, sample.window_start_s) for r in sample.requests]
             session.add(row)
             session.commit()
 

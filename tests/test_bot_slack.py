@@ -159,8 +159,10 @@ async def test_help_lists_every_command_with_an_example(tmp_path, repo, emulator
 
 @pytest.mark.parametrize("text, why", [
     ("calibrate --launches 1", "usage error: calibrate needs --launches of at least 2"),
-    ("calibrate --power 2", "usage error: calibrate needs --launches of at least 2, --change-pct between 0 and 100 "
-                            "and --power between 0 and 1"),
+    ("calibrate --power 2", "usage error: calibrate needs --launches of at least 2, --change-pct between 0 and 100, "
+                            "--power between 0 and 1 and --windows between 1 and 64"),
+    ("calibrate --windows 65", "usage error: calibrate needs --launches of at least 2, --change-pct between 0 and "
+                               "100, --power between 0 and 1 and --windows between 1 and 64"),
     ("calibrate --modes turbo", "usage error: "),
     ("calibrate --commit '$(touch x)'", "usage error: "),
     ("watch 0", "usage error: argument seconds: '0' is not a number of seconds between 0 and 3600"),
@@ -213,7 +215,11 @@ async def test_calibrate_and_watch_are_queued_on_the_host_and_answered_in_their_
         assert stored.run.settings["calibration"] == {"change_pct": 5.0, "power": 0.9}
         assert storage.latest_calibration(bot.db, "fake", "local", "default").id == calibrate.run_id
         report, trials = stored_report(stored)
-        expected = app.calibration_lines(trials, stored.run.settings["calibration"], report["settings"]["alpha"])
+        expected = app.calibration_lines(trials, stored.run.settings["calibration"], report["settings"]["alpha"],
+                                         report["cost"])
+        # three windows a launch (the default), so the answer splits the spread and plans windows too
+        assert stored.run.settings["workload"]["windows"] == 3
+        assert all("between-launch sd" in line for line in expected), expected
 
         # each job: a parent message in the channel, a progress message in its thread edited in
         # place, and its answer in the thread

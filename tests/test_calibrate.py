@@ -11,7 +11,7 @@ import pytest
 import core
 import storage
 from bot._runs import calibration_plans
-from core._experiments.calibrate import plan
+from core._experiments.calibrate import NoiseSplit, plan, plan_windows
 from tests.conftest import ROOT, specperf_in_process
 
 
@@ -58,11 +58,23 @@ def test_calibrate_stores_the_spread_that_compare_plans_with(repo, tmp_path, unu
     done = specperf_in_process(["--config", config, "calibrate", "--commit", "base", "--launches", "2",
                                 "--db", f"sqlite:///{tmp_path}/db.sqlite"], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "A/A" in done.stdout and "calibration baseline: launch-to-launch spread" in done.stdout
+    assert "A/A" in done.stdout and "calibration baseline: " in done.stdout
     db = storage.open_database(f"sqlite:///{tmp_path}/db.sqlite")
     run_id, plans = calibration_plans(db, "fake", "local", "default", core.CompareConfig())
     assert run_id is not None and set(plans) == {"baseline"}
-    assert plans["baseline"].spread_pct > 0
+    planned = plans["baseline"]
+    assert planned.spread_pct > 0
+    # three windows a launch (the default): each request kept with its window, the noise split in
+    # two and priced from the run's own cost
+    stored = storage.load_run(db, run_id)
+    assert stored is not None and stored.run.settings["workload"]["windows"] == 3
+    for trial in stored.trials:
+        assert sorted({r["window"] for r in trial.requests}) == [0, 1, 2] and len(trial.requests) == 18
+    split = planned.split
+    assert split is not None and split.windows == 3 and split.start_s > 0 and split.window_s > 0
+    assert planned.pairs is None or 1 <= planned.windows <= 8
+    assert f"calibration baseline: {planned.line()}" in done.stdout, done.stdout
+    assert "between-launch sd" in done.stdout
     # a calibration of launches one at a time says nothing of two engines in turns
     assert calibration_plans(db, "fake", "local", "default", core.CompareConfig(pairing="concurrent")) == (None, {})
 
@@ -75,7 +87,14 @@ def test_compare_plans_its_first_round_from_the_calibration():
     from bot.cli.compare import _planned
 
     out = io.StringIO()
-    settings = _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": plan(2.0)},
-                        Console(file=out), 7)
-    assert settings.min_trials == min(plan(2.0).pairs, 8) > 4
+    settings, windows = _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": plan(2.0)},
+                                 Console(file=out), 7)
+    assert settings.min_trials == min(plan(2.0).pairs, 8) > 4 and windows == 1
     assert "calibration (run 7) baseline: launch-to-launch spread 2.0%" in out.getvalue()
+    # from a noise split: the windows of the mode that wants the most
+    split = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=300.0, window_s=60.0)
+    planned = plan_windows(split)
+    settings, windows = _planned(core.CompareConfig(min_trials=4, max_trials=16),
+                                 {"baseline": plan(2.0), "eagle3": planned}, Console(file=out), 8)
+    assert windows == planned.windows > 1 and settings.min_trials == max(planned.pairs, plan(2.0).pairs)
+    assert f"planning {settings.min_trials} launches x {windows} windows per arm" in out.getvalue()

@@ -252,3 +252,26 @@ async def test_two_servers_measured_in_turns_each_get_their_own_rate(exact_serve
                      for i in range(0, len(truth), concurrency))
         assert sample.output_tok_s == pytest.approx(sample.output_tokens / turn_s, rel=0.03)
     assert a.output_tok_s / b.output_tok_s == pytest.approx((5 + 31 * 10) / (5 + 31 * 5), rel=0.05)
+
+
+async def test_windows_repeat_the_measured_requests_each_with_its_own_figure(exact_server):
+    """``windows = 3`` (issue 42): the measured requests three times after the one warm-up, one
+    after another, and in turns for two servers; each window's figure is near the exact-rate
+    server's rate, and the launch's is over all three."""
+    from core._measure.client import run_alternating, run_workload
+
+    server, slow = exact_server("--ttft-ms", "5", "--itl-ms", "5"), exact_server("--ttft-ms", "5", "--itl-ms", "10")
+    workload = WorkloadConfig(output_len=32, concurrency=2, requests=4, warmup_requests=2, windows=3)
+    sample = await run_workload(server.base_url, "m", workload)
+    assert [r.window for r in sample.requests] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [sorted(r.index for r in sample.requests if r.window == w) for w in range(3)] == [[0, 1, 2, 3]] * 3
+    assert len(sample.window_tok_s) == 3
+    for figure in sample.window_tok_s:
+        assert figure == pytest.approx(sample.output_tok_s, rel=0.1)
+    a, b = await run_alternating((server.base_url, slow.base_url), "m", workload)
+    for arm in (a, b):
+        assert [r.window for r in arm.requests] == [0] * 4 + [1] * 4 + [2] * 4
+        assert [r.index for r in arm.requests if r.window == 2] == [0, 1, 2, 3]
+        # each window's time is the arm's own turns in it: its rate, not half of it
+        assert all(f == pytest.approx(arm.output_tok_s, rel=0.1) for f in arm.window_tok_s), arm.window_tok_s
+    assert a.output_tok_s / b.output_tok_s == pytest.approx((5 + 31 * 10) / (5 + 31 * 5), rel=0.05)

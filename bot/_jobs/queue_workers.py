@@ -146,7 +146,7 @@ def compare_request(config: core.Config, job: storage.Job, host: Host) -> Compar
     """The compare a job asks for: its engine (on the job's host), workload and modes;
     ``args["rounds"]`` N fixes the launches per arm and mode at 2N (N ABBA rounds), and
     ``args["launches"]`` (a calibrate or recheck job) at that number; a recheck job also
-    carries its run's ``margin_pct`` and ``workload``.
+    carries its run's ``margin_pct`` and ``workload``, a calibrate job its ``windows`` per launch.
 
     Raises:
         core.ConfigError: the engine, workload or a mode is no longer in the config.
@@ -154,6 +154,8 @@ def compare_request(config: core.Config, job: storage.Job, host: Host) -> Compar
     choice = app.choose(config, job.engine_name, job.workload_name, job.host)
     if job.args.get("workload"):  # a recheck: the workload its run stored, not today's of that name
         choice = dataclasses.replace(choice, workload=core.WorkloadConfig.model_validate(job.args["workload"]))
+    if job.args.get("windows"):  # a calibrate: its windows per launch
+        choice = dataclasses.replace(choice, workload=choice.workload.model_copy(update={"windows": job.args["windows"]}))
     launches = job.args.get("launches")
     settings = app.compare_settings(config, rounds=job.args.get("rounds"), min_trials=launches, max_trials=launches,
                                     margin_pct=job.args.get("margin_pct"),

@@ -110,6 +110,7 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launches", type=_positive, default=6)
     p.add_argument("--change-pct", type=_percent, default=5.0)
     p.add_argument("--power", type=_percent, default=0.9)
+    p.add_argument("--windows", type=_positive, default=3, help="measured windows per launch")
 
 
 def _watch_args(p: argparse.ArgumentParser) -> None:

@@ -84,7 +84,7 @@ class SlackCommands:
                     cmd.options["mode"] = app.bisect_mode(self.config, engine, cmd.mode)
                     cmd.options["modes"] = [cmd.mode]
                 elif cmd.name == "calibrate":
-                    cmd.options["goal"] = app.calibration_goal(cmd.launches, cmd.change_pct, cmd.power)
+                    cmd.options["goal"] = app.calibration_goal(cmd.launches, cmd.change_pct, cmd.power, cmd.windows)
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
                 elif cmd.name == "compare":
                     cmd.options["modes"] = app.resolve_modes(self.config, engine, cmd.modes)
@@ -236,7 +236,7 @@ class SlackCommands:
         host's calibration: the compare job path with the same commit on both sides."""
         job = self._job("calibrate", who, body, host, engine,
                         {"head_ref": cmd.commit, "base_ref": cmd.commit, "modes": cmd.modes, "launches": cmd.launches,
-                         "calibration": cmd.goal})
+                         "calibration": cmd.goal, "windows": cmd.windows})
         if (refused := await self._resolve(job, host)) is not None:
             return refused
         head_sha = job.args["head_sha"]

@@ -213,7 +213,8 @@ class SlackNotifier(Notifier):
         report, trials = stored_report(stored)
         text = summary_line(stored, report)
         goal = stored.run.settings.get("calibration")
-        calibration = app.calibration_lines(trials, goal, report["settings"]["alpha"]) if goal else None
+        calibration = app.calibration_lines(trials, goal, report["settings"]["alpha"], report.get("cost")) \
+            if goal else None
         await self._final_progress(job.id, "finished: " + text)
         history = await asyncio.to_thread(add_history, self.db, stored, report)
         await self._reply(thread, blocks=verdict_blocks(stored, report, calibration, history), text=text)

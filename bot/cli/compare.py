@@ -76,6 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--launches", type=int, default=6, help="launches per arm and mode (default 6)")
     k.add_argument("--change-pct", type=float, default=5.0, help="the change to detect, %% of tok/s (default 5)")
     k.add_argument("--power", type=float, default=0.9, help="the power to detect it with (default 0.9)")
+    k.add_argument("--windows", type=int, default=3,
+                   help="measured windows per launch (default 3): from two or more, the spread is split into its "
+                        "between-launch and within-launch parts and compare plans windows per launch as well as "
+                        "launches")
     host_args(k)
     _output_args(k)
     k.set_defaults(run=run_calibrate)
@@ -213,6 +217,8 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     choice = app.choose(config, args.engine, args.workload, args.host)
     if (recheck_of := getattr(args, "recheck_of", None)) is not None:  # its workload, not today's of that name
         choice = dataclasses.replace(choice, workload=core.WorkloadConfig.model_validate(recheck_of["workload"]))
+    if getattr(args, "windows", None) is not None:  # a calibration's windows per launch
+        choice = dataclasses.replace(choice, workload=choice.workload.model_copy(update={"windows": args.windows}))
     modes = args.modes.split(",") if args.modes else None
     base = app.base_arm(config, choice, modes, getattr(args, "base_engine", None), getattr(args, "base_env", None),
                         getattr(args, "base_args", None))
@@ -236,7 +242,8 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         calibrated, plans = (None, {}) if extra else calibration_plans(db, choice.engine_name, choice.host_name,
                                                                         choice.workload_name, request.settings)
         if plans:
-            request.settings = _planned(request.settings, plans, console, calibrated)
+            request.settings, windows = _planned(request.settings, plans, console, calibrated)
+            request.workload = request.workload.model_copy(update={"windows": windows})
         recorded: dict[str, int] = {}
 
         on_slurm = isinstance(host, SlurmHost)
@@ -282,7 +289,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     add_history(db, storage.load_run(db, run_id), report)
     _emit(console, args, run_id, report, trials, title)
     if goal:
-        for line in app.calibration_lines(trials, goal, request.settings.alpha):
+        for line in app.calibration_lines(trials, goal, request.settings.alpha, result.cost()):
             console.print(line, markup=False, highlight=False)
         console.print(f"stored as the calibration of {choice.engine_name} on host {choice.host_name} with workload "
                       f"{choice.workload_name}: "
@@ -312,23 +319,26 @@ async def storage_failed(db, run_id: int | None, exc: SQLAlchemyError,
 
 
 def _planned(settings: core.CompareConfig, plans: dict[str, Plan], console: Console,
-             run_id: int | None) -> core.CompareConfig:
+             run_id: int | None) -> tuple[core.CompareConfig, int]:
     """The first round planned from the host's calibration: at least as many launches per arm
-    as its plan asks for at this margin (within ``max_trials``)."""
+    as its plan asks for at this margin (within ``max_trials``), and the windows per launch of
+    the mode whose plan wants the most (one workload serves every mode; 1 for plans made from a
+    spread alone). Returns (the settings, the windows)."""
     wanted = max((p.pairs for p in plans.values() if p.pairs), default=settings.min_trials)
     first = min(max(settings.min_trials, wanted), settings.max_trials)
+    windows = max((p.windows for p in plans.values() if p.pairs), default=1)
     for mode, p in plans.items():
         console.print(f"calibration (run {run_id}) {mode}: {p.line()}", markup=False, highlight=False)
-    if first != settings.min_trials:
-        console.print(f"planning {first} launches per arm before the first verdict (was {settings.min_trials})",
-                      markup=False, highlight=False)
-    return settings.model_copy(update={"min_trials": first})
+    if first != settings.min_trials or windows != 1:
+        console.print(f"planning {first} launches x {windows} windows per arm before the first verdict (was "
+                      f"{settings.min_trials} x 1)", markup=False, highlight=False)
+    return settings.model_copy(update={"min_trials": first}), windows
 
 
 async def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     """Run ``specperf calibrate``: an A/A compare of one commit with ``--launches`` per arm,
     stored as the host's calibration (core._experiments.calibrate); 0, or 3 for a FAILED run."""
-    args.calibration = app.calibration_goal(args.launches, args.change_pct, args.power)
+    args.calibration = app.calibration_goal(args.launches, args.change_pct, args.power, args.windows)
     args.base, args.min_trials, args.max_trials, args.margin_pct = args.commit, args.launches, args.launches, None
     args.profile = "never"  # an A/A measures the noise: nothing to profile
     return await run_compare(args, console)

@@ -319,7 +319,11 @@ class WorkloadConfig(_Strict):
     ``output``: ``"fixed"`` holds every answer at ``output_len`` tokens (the engine's length
     method, e.g. ``ignore_eos``); ``"natural"`` lets the model stop at its end token, capped at
     ``output_len``. ``concurrency`` requests in flight, ``requests`` measured requests after
-    ``warmup_requests`` uncounted ones.
+    ``warmup_requests`` uncounted ones. ``windows``: measured windows per launch, the measured
+    requests sent that many times one after another after the one warm-up: each window's tok/s
+    is kept (the spread within a launch), the launch's figure is over all of them, and the
+    launch stays the unit of the statistics (docs/verdicts.md); a compare planned from a
+    calibration sets it (core._experiments.calibrate).
     """
 
     api: Literal["completions", "chat"] = "completions"
@@ -333,6 +337,7 @@ class WorkloadConfig(_Strict):
     concurrency: int = Field(default=1, ge=1)
     requests: int = Field(default=16, ge=1)
     warmup_requests: int = Field(default=2, ge=0)
+    windows: int = Field(default=1, ge=1, le=64)
     seed: int = 0
     request_timeout_s: float = Field(default=300.0, gt=0)
 

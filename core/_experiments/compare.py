@@ -221,13 +221,18 @@ def arm_trial(trial: TrialResult) -> ArmTrial:
     """The figures of a trial that the statistics use."""
     tpot = trial.sample.tpot_ms
     return ArmTrial(trial.sample.output_tok_s, trial.engine.acceptance_length, tpot.mean if tpot else None,
-                    trial.engine.acceptance_missing, requests=tuple(request_doc(r) for r in trial.sample.requests),
+                    trial.engine.acceptance_missing,
+                    requests=tuple(request_doc(r, trial.sample.window_start_s) for r in trial.sample.requests),
                     acceptance_per_position=trial.engine.acceptance_per_position)
 
 
-def request_doc(record: RequestRecord) -> dict:
-    """What is kept of one measured request, live and in storage (``Trial.requests``)."""
-    return {"ttft_ms": record.ttft_ms, "e2e_ms": record.e2e_ms, "tpot_ms": record.tpot_ms,
+def request_doc(record: RequestRecord, start_s: float) -> dict:
+    """What is kept of one measured request, live and in storage (``Trial.requests``):
+    ``window`` (its measured window, 0..) and ``sent_ms`` (when it was sent, ms after
+    ``start_s``, the launch's first measured request) with ``e2e_ms`` give each window's
+    figure back (core._measure.client.tok_s_by_window)."""
+    return {"window": record.window, "sent_ms": round((record.start_s - start_s) * 1000.0, 3),
+            "ttft_ms": record.ttft_ms, "e2e_ms": record.e2e_ms, "tpot_ms": record.tpot_ms,
             "output_tokens": record.output_tokens, "category": record.category, "text": record.text,
             "finish_reason": record.finish_reason, "spec_verify_ct": record.spec_verify_ct,
             "spec_steps": record.spec_steps, "spec_accepted_per_position": record.spec_accepted_per_position}

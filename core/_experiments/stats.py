@@ -53,6 +53,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from core._measure.client import tok_s_by_window
+
 
 class VerdictKind(enum.StrEnum):
     """A mode's verdict; equal to (and stored, printed and serialised as) its text."""
@@ -93,6 +95,17 @@ class ArmTrial:
     round_edge: bool | None = None
     requests: tuple[dict, ...] = ()
     acceptance_per_position: tuple[float, ...] | None = None
+
+    @property
+    def window_tok_s(self) -> list[float]:
+        """Output tok/s of each measured window of the launch (``WorkloadConfig.windows``), from
+        its requests' ``window``, ``sent_ms`` and ``e2e_ms`` (core._measure.client.tok_s_by_window);
+        ``[]`` for requests stored without them (before windows were kept)."""
+        docs = self.requests
+        if not docs or any(d.get("sent_ms") is None or d.get("e2e_ms") is None for d in docs):
+            return []
+        return tok_s_by_window([(d.get("window") or 0, d["sent_ms"] / 1000.0, (d["sent_ms"] + d["e2e_ms"]) / 1000.0,
+                                 d.get("output_tokens") or 0) for d in docs])
 
     @property
     def step_ms(self) -> float | None:

@@ -42,7 +42,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from urllib.parse import urlsplit
@@ -75,6 +75,7 @@ class RequestRecord:
     error: str | None = None
     category: str | None = None
     text: str | None = None
+    window: int = 0
 
     @property
     def e2e_ms(self) -> float:
@@ -185,6 +186,12 @@ class Sample:
         if not self.valid:
             raise InvalidSampleError(self)
 
+    @property
+    def window_tok_s(self) -> list[float]:
+        """Output tok/s of each measured window (``WorkloadConfig.windows``), in order
+        (:func:`tok_s_by_window`)."""
+        return tok_s_by_window([(r.window, r.start_s, r.end_s, r.output_tokens) for r in self.requests])
+
     def summary(self) -> dict:
         """The figures of this sample as plain JSON-ready values (units in the keys)."""
         quantiles = {
@@ -197,10 +204,35 @@ class Sample:
             "window_s": self.window_s,
             "output_tok_s": self.output_tok_s,
             "request_per_s": self.request_per_s,
+            "window_tok_s": self.window_tok_s,
             **quantiles,
             "valid": self.valid,
             "invalid_reasons": self.invalid_reasons,
         }
+
+
+def tok_s_by_window(requests: Iterable[tuple[int, float, float, int]]) -> list[float]:
+    """Output tok/s of each measured window of one launch, in window order, from its requests'
+    ``(window, start_s, end_s, output_tokens)``: a window's tokens over the time during which at
+    least one of its requests was in flight (the union of their intervals, s). One definition for
+    both ways of measuring: windows one after another (:func:`run_workload`), where that time is
+    the window's span, and two engines in turns (:func:`run_alternating`), where it is the sum of
+    the arm's own turns in that window. ``[]`` for no requests; a window whose requests took no
+    time reads 0.0."""
+    by_window: dict[int, list[tuple[float, float, int]]] = {}
+    for window, start, end, tokens in requests:
+        by_window.setdefault(window, []).append((start, end, tokens))
+    figures = []
+    for window in sorted(by_window):
+        spans = sorted(by_window[window])
+        busy, reach = 0.0, float("-inf")
+        for start, end, _ in spans:  # the union's length, the intervals sorted by their start
+            if end > reach:
+                busy += end - max(start, reach)
+                reach = end
+        tokens = sum(t for _, _, t in spans)
+        figures.append(tokens / busy if busy > 0 else 0.0)
+    return figures
 
 
 LENGTH_METHODS = ("ignore_eos", "min_tokens", "max_tokens")
@@ -515,8 +547,12 @@ async def run_workload(
             result = on_measure_start()
             if asyncio.iscoroutine(result):
                 await result
-        records = await _run_requests(connections, base_url, model, workload, measured, on_request_done,
-                                      length_method)
+        records = []
+        for window in range(workload.windows):  # the measured requests again per window, one after another
+            got = await _run_requests(connections, base_url, model, workload, measured, on_request_done, length_method)
+            for record in got:
+                record.window = window
+            records.extend(got)
     finally:
         for connection in connections:
             connection.close()
@@ -580,18 +616,20 @@ async def run_alternating(
                 await result
         size = workload.concurrency
         turns = [prompts[i:i + size] for i in range(0, len(prompts), size)]
-        taken = [0, 0]
-        for arm in turn_order(2 * len(turns), first):
-            batch = turns[taken[arm]]
-            taken[arm] += 1
-            done = (lambda record, arm=arm: on_request_done(arm, record)) if on_request_done else None
-            got = await _run_requests(connections[arm], base_urls[arm], model, workload, batch, done,
-                                      length_methods[arm])
-            offset = len(records[arm])
-            for record in got:
-                record.index += offset
-            records[arm].extend(got)
-            active[arm] += max(r.end_s for r in got) - min(r.start_s for r in got)
+        for window in range(workload.windows):  # every turn of the measured requests again per window
+            taken = [0, 0]
+            for arm in turn_order(2 * len(turns), first):
+                batch = turns[taken[arm]]
+                taken[arm] += 1
+                done = (lambda record, arm=arm: on_request_done(arm, record)) if on_request_done else None
+                got = await _run_requests(connections[arm], base_urls[arm], model, workload, batch, done,
+                                          length_methods[arm])
+                offset = size * (taken[arm] - 1)  # the prompt's place in the window
+                for record in got:
+                    record.index += offset
+                    record.window = window
+                records[arm].extend(got)
+                active[arm] += max(r.end_s for r in got) - min(r.start_s for r in got)
     finally:
         for pool in connections:
             for connection in pool:
