@@ -305,20 +305,21 @@ def calibration_plans(db, engine_name: str, host: str, workload_name: str,
     if run is None:
         return None, {}
     return run.id, mode_plans(stored_report(storage.load_run(db, run.id))[1], run.settings["calibration"],
-                              settings.alpha, run.settings.get("cost"))
+                              settings.alpha, run.settings.get("cost"), settings.max_trials)
 
 
-def mode_plans(trials: dict, goal: dict, alpha: float, cost: dict | None) -> dict[str, Plan]:
+def mode_plans(trials: dict, goal: dict, alpha: float, cost: dict | None, max_pairs: int = 64) -> dict[str, Plan]:
     """Per mode of a calibration's trials (:func:`core._experiments.compare.figures`: mode ->
     {"base", "head"}) its plan for ``goal`` (``{"change_pct", "power"}``) at significance
     ``alpha``: from the noise split and ``cost`` (the run's) when its launches measured several
-    windows, else from the pair spread; a mode with too few pairs has none."""
+    windows, within ``max_pairs`` launches per arm (a compare's ``max_trials``), else from the
+    pair spread; a mode with too few pairs has none."""
     plans = {}
     for mode, arms in trials.items():
         split = noise_split(arms["base"], arms["head"], cost)
         spread = pair_spread_pct(arms["base"], arms["head"])
         if split is not None:
-            plans[mode] = plan_windows(split, goal["change_pct"], goal["power"], alpha)
+            plans[mode] = plan_windows(split, goal["change_pct"], goal["power"], alpha, max_pairs=max_pairs)
         elif spread:
             plans[mode] = plan(spread, goal["change_pct"], goal["power"], alpha)
     return plans

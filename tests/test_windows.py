@@ -71,6 +71,12 @@ def test_the_plan_buys_windows_only_where_they_pay():
     assert planned.pairs * (300 + 60 * planned.windows) < one.pairs * (300 + 60)
     assert planned.line().startswith(f"{planned.pairs} launches x {planned.windows} windows per arm (between-launch "
                                      "sd 0.30%, within 3.00%, start 300 s, window 60.0 s): a margin of")
+    # within a compare's cap of launches per arm: more windows, or no plan at all
+    cheap_start = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=60.0, window_s=60.0)
+    free = plan_windows(cheap_start)  # 10 launches x 2 windows
+    capped = plan_windows(cheap_start, max_pairs=free.pairs - 1)
+    assert capped.pairs is not None and capped.pairs < free.pairs and capped.windows > free.windows
+    assert plan_windows(launch_noise, max_pairs=3).pairs is None  # a launch offset no windows can average away
     # windows that cost as much as a launch: the fewest launches would waste GPU time on windows
     dear = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=1.0, window_s=300.0)
     assert plan_windows(dear).windows < planned.windows

@@ -78,6 +78,7 @@ class Plan:
     pairs: int | None
     windows: int = 1
     split: NoiseSplit | None = None
+    max_pairs: int | None = None  # the cap it was planned within, said when nothing fits it
 
     def line(self) -> str:
         """``spread 1.9%: margin 2.4% with 9 launches per arm gives 90% power for a 5% change``,
@@ -90,8 +91,8 @@ class Plan:
         else:
             head = f"launch-to-launch spread {self.spread_pct:.1f}% (sd of pair changes)"
         if self.pairs is None:
-            return (f"{head}: no margin reaches {self.power:.0%} power for a {self.change_pct:g}% change "
-                    "in a sane number of launches")
+            within = f"within {self.max_pairs} launches per arm" if self.max_pairs else "in a sane number of launches"
+            return f"{head}: no margin reaches {self.power:.0%} power for a {self.change_pct:g}% change {within}"
         if self.split is not None:
             return (f"{head}: a margin of {self.margin_pct:.1f}% gives {self.power:.0%} power for a "
                     f"{self.change_pct:g}% change")
@@ -160,18 +161,20 @@ def noise_split(base: list[ArmTrial], head: list[ArmTrial], cost: dict | None = 
 
 
 def plan_windows(split: NoiseSplit, change_pct: float = 5.0, power: float = 0.9, alpha: float = 0.05,
-                 max_windows: int = 8) -> Plan:
-    """The cheapest launches per arm and windows per launch (1..``max_windows``) that reach
-    :func:`plan`'s goal, priced at ``pairs x (start_s + windows x window_s)`` (module
-    docstring); without the costs, the fewest launches, then the fewest windows. A split with
-    no noise at all plans as a spread of 0.01%.
+                 max_windows: int = 8, max_pairs: int = 64) -> Plan:
+    """The cheapest launches per arm (at most ``max_pairs``: a compare's ``max_trials``) and
+    windows per launch (1..``max_windows``) that reach :func:`plan`'s goal, priced at
+    ``pairs x (start_s + windows x window_s)`` (module docstring); without the costs, the fewest
+    launches, then the fewest windows. A split with no noise at all plans as a spread of 0.01%.
+    When no choice reaches the goal within ``max_pairs``, the plan has ``pairs`` ``None`` and one
+    window (the compare then runs as without a plan, and says so).
 
     Raises:
         ValueError: as :func:`plan`.
     """
     best: tuple[float, Plan] | None = None
     for windows in range(1, max_windows + 1):
-        one = plan(max(split.pair_sd_pct(windows), 0.01), change_pct, power, alpha)
+        one = plan(max(split.pair_sd_pct(windows), 0.01), change_pct, power, alpha, max_pairs)
         if one.pairs is None:
             continue
         if split.start_s is not None and split.window_s is not None:
@@ -181,5 +184,5 @@ def plan_windows(split: NoiseSplit, change_pct: float = 5.0, power: float = 0.9,
         if best is None or price < best[0] - 1e-9:
             best = (price, dataclasses.replace(one, windows=windows, split=split))
     if best is None:
-        return Plan(split.pair_sd_pct(1), change_pct, power, None, None, split=split)
+        return Plan(split.pair_sd_pct(1), change_pct, power, None, None, split=split, max_pairs=max_pairs)
     return best[1]
