@@ -68,7 +68,7 @@ def simulate(between_pct: float, within_pct: float, windows: int, first_pairs: i
 def cell(label: str, between: float, within: float, args: argparse.Namespace, rng: np.random.Generator) -> list[str]:
     split = NoiseSplit(between, within, 3, args.start_s, args.window_s)
     today = plan(max(split.pair_sd_pct(1), 0.01), CHANGE_PCT)
-    planned = plan_windows(split, CHANGE_PCT)
+    planned = plan_windows(split, CHANGE_PCT, max_pairs=args.max_pairs)
     rows = []
     for name, windows, pairs in (("today", 1, today.pairs), ("planned", planned.windows, planned.pairs)):
         first = min(max(4, pairs or args.max_pairs), args.max_pairs)
