@@ -402,12 +402,14 @@ def calibration_goal(launches: int, change_pct: float, power: float, windows: in
     return {"change_pct": change_pct, "power": power}
 
 
-def calibration_lines(trials: dict, goal: dict, alpha: float, cost: dict | None = None) -> list[str]:
+def calibration_lines(trials: dict, goal: dict, alpha: float, cost: dict | None = None,
+                      max_pairs: int = 64) -> list[str]:
     """Per mode of a calibration's trials (:func:`core._experiments.compare.figures`: mode -> {"base", "head"}) one
     line: its plan for ``goal`` (:func:`calibration_goal`) at significance ``alpha``
     (:func:`bot._runs.mode_plans`: from the noise split and ``cost`` when its launches measured
-    several windows, else from the launch-to-launch spread)."""
-    plans = mode_plans(trials, goal, alpha, cost)
+    several windows, within ``max_pairs`` launches per arm, the compares' ``max_trials``, else
+    from the launch-to-launch spread): the plan a later compare takes."""
+    plans = mode_plans(trials, goal, alpha, cost, max_pairs)
     return [f"calibration {mode}: " + (plans[mode].line() if mode in plans else "too few undisturbed pairs for a spread")
             for mode in trials]
 

@@ -216,7 +216,7 @@ async def test_calibrate_and_watch_are_queued_on_the_host_and_answered_in_their_
         assert storage.latest_calibration(bot.db, "fake", "local", "default").id == calibrate.run_id
         report, trials = stored_report(stored)
         expected = app.calibration_lines(trials, stored.run.settings["calibration"], report["settings"]["alpha"],
-                                         report["cost"])
+                                         report["cost"], bot.config.compare.max_trials)
         # three windows a launch (the default), so the answer splits the spread and plans windows too
         assert stored.run.settings["workload"]["windows"] == 3
         assert all("between-launch sd" in line for line in expected), expected

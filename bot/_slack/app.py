@@ -58,7 +58,7 @@ class SlackBot:
         self.config, self.db, self.slack = config, db, config.slack
         check_config(self.slack)
         self.client = web_client(self.slack)
-        self.notifier = SlackNotifier(self.client, self.slack, db)
+        self.notifier = SlackNotifier(self.client, self.slack, db, config.compare.max_trials)
         self.queue = JobQueue(config, db, self.notifier)
         self.schedules = BotScheduler(config, db, self.queue, self.notifier)
         self.schedules.wanted()  # a cron expression APScheduler cannot read fails here, before any I/O

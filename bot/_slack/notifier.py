@@ -68,10 +68,11 @@ class SlackNotifier(Notifier):
     """Posts a job's life in its thread: a progress message edited in place (at most every
     ``progress_interval_s``), then the verdict (Block Kit, text fallback, chart PNG) or the
     failure (reason, engine log tail). Where the bot is not in the channel, the reply goes
-    through the command's ``response_url`` instead, unthreaded."""
+    through the command's ``response_url`` instead, unthreaded. ``max_trials``: the compares'
+    cap of launches per arm, within which a calibration's answer plans."""
 
-    def __init__(self, client: AsyncWebClient, slack: SlackConfig, db) -> None:
-        self.client, self.slack, self.db = client, slack, db
+    def __init__(self, client: AsyncWebClient, slack: SlackConfig, db, max_trials: int = 64) -> None:
+        self.client, self.slack, self.db, self.max_trials = client, slack, db, max_trials
         self.pacer = ChannelPacer(slack.channel_interval_s)
         self.parent_ready: dict[int, asyncio.Event] = {}
         self._progress: dict[int, dict] = {}
@@ -213,8 +214,8 @@ class SlackNotifier(Notifier):
         report, trials = stored_report(stored)
         text = summary_line(stored, report)
         goal = stored.run.settings.get("calibration")
-        calibration = app.calibration_lines(trials, goal, report["settings"]["alpha"], report.get("cost")) \
-            if goal else None
+        calibration = app.calibration_lines(trials, goal, report["settings"]["alpha"], report.get("cost"),
+                                            self.max_trials) if goal else None
         await self._final_progress(job.id, "finished: " + text)
         history = await asyncio.to_thread(add_history, self.db, stored, report)
         await self._reply(thread, blocks=verdict_blocks(stored, report, calibration, history), text=text)

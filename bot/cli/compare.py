@@ -289,7 +289,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
     add_history(db, storage.load_run(db, run_id), report)
     _emit(console, args, run_id, report, trials, title)
     if goal:
-        for line in app.calibration_lines(trials, goal, request.settings.alpha, result.cost()):
+        for line in app.calibration_lines(trials, goal, request.settings.alpha, result.cost(), config.compare.max_trials):
             console.print(line, markup=False, highlight=False)
         console.print(f"stored as the calibration of {choice.engine_name} on host {choice.host_name} with workload "
                       f"{choice.workload_name}: "
