@@ -30,6 +30,8 @@ from core._measure.client import RequestRecord, Sample, run_alternating, run_wor
 from core._measure.engines import EngineAdapter, EngineFigures, adapter_for
 from core._measure.host_client import run_on_host
 
+_LIMITS = httpx.Limits(keepalive_expiry=2.0)  # below the engines' servers' 5 s keep-alive (ready_engine)
+
 
 @dataclass
 class TrialResult:
@@ -140,7 +142,10 @@ async def ready_engine(host: Host, engine_name: str, engine: EngineConfig, mode:
         launched_at = time.monotonic()
         if on_launch:
             on_launch(process)
-        async with httpx.AsyncClient(base_url=base_url, verify=_tls_context()) as client:
+        # idle connections dropped after 2 s: uvicorn (vLLM's and SGLang's server) closes them after
+        # 5 s, httpx's own default, so a /metrics read after a 5 s warm-up could reuse one the
+        # server is closing ("Server disconnected without sending a response", seen in the suite)
+        async with httpx.AsyncClient(base_url=base_url, verify=_tls_context(), limits=_LIMITS) as client:
             await adapter.wait_ready(client, engine.ready_timeout_s, lambda: process.returncode, process.log_tail)
             ready_s = time.monotonic() - launched_at
             pgids = await _container.container_pgids(host, box, name) if box else []
