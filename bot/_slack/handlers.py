@@ -210,23 +210,26 @@ class SlackCommands:
 
     async def _resolve(self, job, host):
         """Resolve ``job``'s refs on ``host`` into ``job.args`` (``base_sha``, ``head_sha``);
-        ``None``, or the usage-error reply for a ref that names no commit or a base engine that
-        cannot be the other arm (checked here, after the allow-list)."""
+        (the usage-error reply or ``None``, the compare's ``(base, head)`` refs as shown:
+        :meth:`CompareRequest.refs`); the reply for a ref that names no commit or a base engine
+        that cannot be the other arm (checked here, after the allow-list)."""
         try:
-            base_sha, head_sha = await resolve_refs(compare_request(self.config, job, self.queue.host(host)))
+            request = compare_request(self.config, job, self.queue.host(host))
+            base_sha, head_sha = await resolve_refs(request)
         except (core.GitError, core.ConfigError) as exc:  # a bad ref; set-ups that cannot be one compare's arms
-            return f"usage error: {escape(str(exc))}", f"usage error: {exc}", None
+            return (f"usage error: {escape(str(exc))}", f"usage error: {exc}", None), None
         job.args = {**job.args, "base_sha": base_sha, "head_sha": head_sha}
-        return None
+        return None, request.refs()
 
     async def _cmd_compare(self, cmd, who, body, host, engine):
         job = self._job("compare", who, body, host, engine,
                         {"head_ref": cmd.commit, "base_ref": cmd.base, "modes": cmd.modes, "rounds": cmd.rounds,
                          "base_engine": cmd.base_engine})
-        if (refused := await self._resolve(job, host)) is not None:
+        refused, refs = await self._resolve(job, host)
+        if refused is not None:
             return refused
         base_sha, head_sha = job.args["base_sha"], job.args["head_sha"]
-        base, head = compare_request(self.config, job, self.queue.host(host)).refs()
+        base, head = refs
         on = f"engine `{engine}`" if not cmd.base_engine else f"base engine `{cmd.base_engine}` against engine `{engine}`"
         return await self._queue(job, who, body, f"<@{who[0]}> compare `{head}` ({head_sha[:10]}) against `{base}` "
                                  f"({base_sha[:10]}) on host `{host}`, {on}, modes {', '.join(cmd.modes)}")
@@ -237,7 +240,8 @@ class SlackCommands:
         job = self._job("calibrate", who, body, host, engine,
                         {"head_ref": cmd.commit, "base_ref": cmd.commit, "modes": cmd.modes, "launches": cmd.launches,
                          "calibration": cmd.goal, "windows": cmd.windows})
-        if (refused := await self._resolve(job, host)) is not None:
+        refused, _ = await self._resolve(job, host)
+        if refused is not None:
             return refused
         head_sha = job.args["head_sha"]
         return await self._queue(job, who, body, f"<@{who[0]}> calibrate `{cmd.commit}` ({head_sha[:10]}) against "

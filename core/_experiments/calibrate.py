@@ -84,12 +84,12 @@ class Plan:
         """``spread 1.9%: margin 2.4% with 9 launches per arm gives 90% power for a 5% change``,
         or from a split ``3 launches x 4 windows per arm (between-launch sd 0.6%, within 1.8%,
         start 32 s, window 11 s): a margin of ...``."""
-        if self.split is not None:
-            head = f"{self.pairs} launches x {self.windows} windows per arm ({self.split.line()})"
-            if self.pairs is None:
-                head = f"no plan ({self.split.line()})"
-        else:
+        if self.split is None:
             head = f"launch-to-launch spread {self.spread_pct:.1f}% (sd of pair changes)"
+        elif self.pairs is None:
+            head = f"no plan ({self.split.line()})"
+        else:
+            head = f"{self.pairs} launches x {self.windows} windows per arm ({self.split.line()})"
         if self.pairs is None:
             within = f"within {self.max_pairs} launches per arm" if self.max_pairs else "in a sane number of launches"
             return f"{head}: no margin reaches {self.power:.0%} power for a {self.change_pct:g}% change {within}"
@@ -145,7 +145,7 @@ def noise_split(base: list[ArmTrial], head: list[ArmTrial], cost: dict | None = 
     for b, h in zip(base, head):
         bw, hw = b.window_tok_s, h.window_tok_s
         if len(bw) >= 2 and len(bw) == len(hw) and all(x > 0 for x in (*bw, *hw)):
-            rows.append(np.log(np.asarray(hw)) - np.log(np.asarray(bw)))
+            rows.append(pair_log_ratios(bw, hw))
     if len(rows) < 2 or len({len(r) for r in rows}) != 1:
         return None
     ratios = np.vstack(rows)  # launch pairs x windows
