@@ -112,6 +112,30 @@ def test_a_changed_model_is_not_comparable_and_a_changed_engine_variable_is_name
     assert check_history("eagle3", "base", "b" * 40, [82.0, 81.5], then, past, margin_pct=2.0) is None
 
 
+def test_two_launches_that_agree_by_chance_do_not_make_a_level_known_on_a_host_whose_launches_differ():
+    """CI's history of 2026-12-07: one commit in two runs, each run's two launches 0.1% apart,
+    the runs' levels 2.9% apart, where that engine's launches within a run usually differ by
+    1-4%. Welch's test on the two runs alone reads it as a change; with the launch spread
+    pooled over the set-up's other runs it is unsettled, and a drop several times that spread
+    still reads as one."""
+    setup = {"model": "m", "args": [], "mode args": [], "env": {}, "workload": {}}
+    at = dt.datetime(2026, 12, 7, 13, 55)
+    then = PastLaunches(3, at, "a" * 40, [970.7, 969.6], setup)
+    today = [941.9, 942.0]
+    alone = check_history("baseline", "commit", "a" * 40, today, setup, [then], margin_pct=2.0)
+    assert alone.outcome == "below"  # what the report said
+    others = [PastLaunches(run_id, at, sha * 40, tok, setup) for run_id, sha, tok in (
+        (1, "b", [955.1, 915.0]), (2, "b", [940.6, 973.7]), (2, "c", [949.7, 954.2]), (3, "c", [953.4, 964.7]),
+        (4, "d", [968.7, 961.8]), (1, "e", [968.9, 968.4]))]
+    pooled = check_history("baseline", "commit", "a" * 40, today, setup, [then], margin_pct=2.0,
+                           levels=[then, *others])
+    assert pooled.outcome == "unsettled", pooled.reason
+    assert pooled.ci_low_pct < -4.0 and pooled.ci_high_pct > -2.0
+    dropped = check_history("baseline", "commit", "a" * 40, [850.2, 849.8], setup, [then], margin_pct=2.0,
+                            levels=[then, *others])
+    assert dropped.outcome == "below", dropped.reason
+
+
 async def test_both_arms_below_their_past_with_no_change_between_them_is_said_first(history):
     """The seed's story on the fake host: the same two commits, measured again with an engine
     argument that slows every token 1.5 times (the code unchanged): NO CHANGE between the arms,

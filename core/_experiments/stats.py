@@ -367,8 +367,17 @@ class Shift:
     reason: str
 
 
+def _side_variance(x: np.ndarray, launch_var: tuple[float, int] | None) -> tuple[float, float]:
+    """One side's variance of its mean log tok/s and its degrees of freedom: its own, or the
+    pooled launch variance (:func:`unpaired_shift`'s ``launch_var``) where that is larger."""
+    own = float(x.var(ddof=1))
+    if launch_var is not None and launch_var[1] > 0 and launch_var[0] > own:
+        return launch_var[0] / x.size, float(launch_var[1])
+    return own / x.size, float(x.size - 1)
+
+
 def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float = 2.0, alpha: float = 0.05,
-                   level_sd_pct: float = 0.0) -> Shift:
+                   level_sd_pct: float = 0.0, launch_var: tuple[float, int] | None = None) -> Shift:
     """Compare two unpaired samples of output tok/s (trials of different runs, e.g. the
     commits on each side of a change point, or one commit last week and today).
 
@@ -377,7 +386,12 @@ def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float
     disagree). ``level_sd_pct``: how far the host's level moves between runs (sd, percent),
     added to each side's variance of its mean, so a host whose level drifts from run to run
     needs a larger change to read as one (core._history.check); 0 treats the two groups as
-    launches of one level. REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow
+    launches of one level. ``launch_var``: ``(variance of ln tok/s between launches of one
+    run, its degrees of freedom)`` pooled over other stored runs of the same set-up
+    (core._history.check.launch_spread); a side's own variance is then taken as no smaller,
+    and where the pooled one is used it counts with its degrees of freedom: two launches that
+    happen to agree to 0.1% do not make a run's level known to 0.1% on a host whose launches
+    usually differ by 2%. REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow
     :func:`decide`'s rule.
 
     Args:
@@ -393,12 +407,11 @@ def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise ValueError("throughput values must be positive")
     mean = float(b.mean() - a.mean())
-    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    (va, dfa), (vb, dfb) = (_side_variance(x, launch_var) for x in (a, b))
     level = math.log1p(level_sd_pct / 100.0) ** 2
     variance = va + vb + 2 * level
     if va + vb > 0:  # Welch-Satterthwaite; the level's share counted with the smaller side's df
-        df = variance ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)
-                              + (2 * level) ** 2 / (min(a.size, b.size) - 1))
+        df = variance ** 2 / (va ** 2 / dfa + vb ** 2 / dfb + (2 * level) ** 2 / (min(a.size, b.size) - 1))
     else:
         df = float(min(a.size, b.size) - 1)
     estimate = _Estimate(mean, math.sqrt(variance), df)

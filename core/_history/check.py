@@ -8,7 +8,10 @@ engine and workload is tested against today's launches with
 :func:`core._experiments.stats.unpaired_shift` (two unpaired groups of launches, Welch's t
 interval and test of the change of mean log tok/s, the compare's margin): NO CHANGE is
 "consistent", REGRESSION "below", IMPROVEMENT "above", INCONCLUSIVE "unsettled". Each side
-brings its own launch-to-launch spread, and the two runs' levels bring the host's drift between
+brings its own launch-to-launch spread, taken as no smaller than the spread pooled over the
+stored runs of this set-up (:func:`launch_spread`; CI, 2026-12-07: two runs of one commit whose
+two launches each agreed to 0.1% read -2.9% (-3.6 .. -2.2) apart where launches of that
+engine usually differ by 1-4%), and the two runs' levels bring the host's drift between
 runs (:func:`level_spread`: how far the same commit's level moved between stored runs of it
 here; issue 44: on a 2-vCPU VM an unchanged run rechecked 16 minutes later read +12.5%, all of
 it the host's level). The drift only makes a difference harder to claim: "below" or "above"
@@ -246,6 +249,26 @@ def level_spread(past: list[PastLaunches], setup: Mapping[str, Any]) -> LevelSpr
     return LevelSpread(100.0 * math.expm1(math.sqrt(total / df)), df)
 
 
+def launch_spread(past: list[PastLaunches], setup: Mapping[str, Any]) -> tuple[float, int] | None:
+    """The launch-to-launch variance of ln tok/s within one run of this set-up, pooled over
+    ``past`` (the runs with ``setup``, :func:`setup_of`; a run's launches of one commit are one
+    group, both arms of a run that measured the same commit together): ``(variance, degrees of
+    freedom)``, the df summed over groups (launches - 1 each), for
+    :func:`core._experiments.stats.unpaired_shift`'s ``launch_var``. ``None`` when no group
+    has two launches."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for launches in past:
+        if launches.setup == setup:
+            groups.setdefault((launches.sha, launches.run_id), []).extend(
+                math.log(v) for v in launches.output_tok_s if v > 0)
+    squares, df = 0.0, 0
+    for logs in groups.values():
+        if len(logs) >= 2:
+            squares += statistics.variance(logs) * (len(logs) - 1)
+            df += len(logs) - 1
+    return (squares / df, df) if df else None
+
+
 def check_history(mode: str, role: str, sha: str, today: list[float], today_setup: Mapping[str, Any],
                   past: list[PastLaunches], *, margin_pct: float, alpha: float = 0.05,
                   today_snapshot: Mapping[str, Any] | None = None,
@@ -260,7 +283,9 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
         margin_pct, alpha: the compare's, for :func:`core._experiments.stats.unpaired_shift`.
         today_snapshot: today's full env snapshot of this arm, for what changed since a past
             run it reads below or above.
-        levels: the runs to learn the host's drift from (:func:`level_spread`; default ``past``).
+        levels: the runs to learn the host's drift from (:func:`level_spread`) and the pooled
+            launch-to-launch spread of this set-up (:func:`launch_spread`, which a side's own
+            spread of few launches is taken as no smaller than); default ``past``.
 
     Returns:
         ``None`` when no earlier run measured ``sha`` with at least 2 launches, or today has
@@ -276,15 +301,17 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
         return HistoryCheck(mode, role, sha, "not comparable", newest.run_id, newest.created_at,
                             f"{key} differs: {moved}")
     then = comparable[0]
-    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha)
+    levels = past if levels is None else levels
+    pooled = launch_spread(levels, today_setup)
+    shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha, launch_var=pooled)
     outcome = OUTCOMES.get(shift.verdict, "unsettled")
     reason = shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}"
     drift: LevelSpread | None = None
     if outcome in ("below", "above"):  # a difference is claimed only beyond the host's drift between runs too
-        drift = _drift(then, today, today_setup, past if levels is None else levels)
+        drift = _drift(then, today, today_setup, levels)
         if drift is not None:
             drifted = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha,
-                                     level_sd_pct=drift.sd_pct)
+                                     level_sd_pct=drift.sd_pct, launch_var=pooled)
             if OUTCOMES.get(drifted.verdict) == outcome:
                 shift, reason = drifted, f"{drifted.verdict}: {drifted.reason}; {drift.line()}"
             else:

@@ -75,17 +75,25 @@ def same_commit_moves(s: Series, since: dt.datetime, margin_pct: float, alpha: f
     two or more runs (with 2 launches or more each), its newest run's trials against the run
     before it by :func:`core._history.check.check_history` (unpaired, the compare's margin),
     kept when below or above, with what changed in the environment between the two runs'
-    snapshots. Each ``{sha, earlier_run, later_run, outcome, change_pct, ci_low_pct,
-    ci_high_pct, changes, new, line}``; ``new`` when the later run started after ``since``."""
+    snapshots. The host's drift between runs that a move must clear is learnt from the series'
+    other repeats (:func:`core._history.check.level_spread` over every commit measured in two
+    runs, the two runs compared left out, so the move under test does not widen its own
+    yardstick): a watch that measures each commit as one compare's head and the next one's base
+    repeats every inner commit, and on a 2-vCPU VM beside other load consecutive runs of one
+    commit moved 2.9% with launches 0.1% apart within each (CI, 2026-12-07). Each ``{sha,
+    earlier_run, later_run, outcome, change_pct, ci_low_pct, ci_high_pct, changes, new, line}``;
+    ``new`` when the later run started after ``since``."""
     out = []
     for p in s.points:
         runs = [r for r in p.runs if len(r[2]) >= 2]
         if len(runs) < 2:
             continue
         (then_id, then_at, then_tok, then_env), (now_id, now_at, now_tok, now_env) = runs[-2], runs[-1]
+        others = [PastLaunches(run_id, at, q.sha, tok, {}) for q in s.points for run_id, at, tok, _ in q.runs
+                  if run_id not in (then_id, now_id)]
         check = check_history(s.mode, "commit", p.sha, now_tok, {},
                               [PastLaunches(then_id, then_at, p.sha, then_tok, {}, then_env)],
-                              margin_pct=margin_pct, alpha=alpha, today_snapshot=now_env)
+                              margin_pct=margin_pct, alpha=alpha, today_snapshot=now_env, levels=others)
         if check is None or check.outcome not in ("below", "above"):
             continue
         line = (f"{p.sha[:12]} measured {check.change_pct:+.1f}% ({check.ci_low_pct:+.1f} .. {check.ci_high_pct:+.1f}) "
