@@ -1,23 +1,30 @@
 """Benchmark: GPU time per decided verdict with windows per launch planned from a noise split,
-against today's plan of launches alone (issue 42 items 1-3).
+against today's plan of launches alone (issue 42 items 1-3), and the ways to use the plan.
 
 At the seed's scale (a launch's start-up, warm-up and stop ``--start-s`` 300 s, a measured
 window ``--window-s`` 60 s), over a grid of noise splits (between-launch and within-launch sd of
 a pair change, %, as `specperf calibrate --windows` reports them; the grid's last rows are the
-splits measured on real engines, see WINDOWS_RESULTS.md), each cell compares two ways to run a
-compare at the default 2% margin, launches added a round (2 per arm) at a time while
-INCONCLUSIVE, up to ``--max-pairs``:
+splits measured on real engines, see WINDOWS_RESULTS.md), each cell runs a compare at the
+default 2% margin, a first look, then a round (2 pairs) at a time while INCONCLUSIVE, up to
+``--max-pairs``, in these ways (:func:`policies`):
 
-* ``today``: one window per launch, the first round's launches from the pair spread
-  (:func:`core._experiments.calibrate.plan`), as compare planned before windows existed;
-* ``planned``: launches x windows from :func:`core._experiments.calibrate.plan_windows`, the
-  cheapest plan for the same goal (90% power for a 5% change).
+* ``today``: one window a launch, the first look after the launches of the plan from the
+  one-window spread (:func:`core._experiments.calibrate.plan`; ``min_trials`` 4 without one), as
+  compare ran before windows existed;
+* ``planned first round``: launches x windows of :func:`core._experiments.calibrate.plan_windows`
+  (90% power for a 5% change) before the first look (the planner of 2026-12-07 morning);
+* ``first look at 4``: the planned windows from the first launch, the first look at 4;
+* ``first look at 4 x 1, then planned`` (what compare does now,
+  :meth:`core._experiments.compare.CompareRequest.workload_for`): the first look at 4 launches of
+  one window, as without a plan; the launches after it measure the planned windows;
+* the same with a stricter alpha (0.01, 0.005) at the looks before the plan's launches.
 
 A compare is simulated by its pair changes: a launch pair's log-ratio is the true change plus
 normal noise of variance ``between^2 + within^2 / W`` (the launch as the unit, its figure over
-its W windows). Reported per cell and way: at a true 5% slowdown, the share decided REGRESSION
-and the mean GPU hours (both arms' launches x (start + W x window)) per REGRESSION; at no change
-(A/A), the share of change verdicts (false change). The verdicts are the product's own
+its W windows). Reported per cell and way: at a true 5% slowdown (the plan's goal) and 15% (the
+demo's plant), the share decided REGRESSION and the GPU hours (both arms' launches x start +
+windows x window) per REGRESSION; at no change (A/A), the share of change verdicts (false
+change) over ``--aa-draws`` compares. The verdicts are the product's own
 (:func:`core._experiments.stats.decide`).
 
 Run: ``.venv/bin/python -m bench.window_planner [--draws 400]``; results in
@@ -50,59 +57,84 @@ GRID = [
 ]
 
 
-def simulate(between_pct: float, within_pct: float, windows: int, first_pairs: int, change_pct: float,
-             rng: np.random.Generator, max_pairs: int) -> tuple[str, int]:
-    """One compare: (its final verdict, its launch pairs)."""
-    sd = math.sqrt(between_pct ** 2 + within_pct ** 2 / windows) / 100.0
-    shift = math.log1p(-change_pct / 100.0)
-    ratios = list(shift + rng.normal(0.0, sd, first_pairs))
+def simulate(between_pct: float, within_pct: float, first: tuple[int, int], then_windows: int, change_pct: float,
+             rng: np.random.Generator, max_pairs: int, early: tuple[int, float] = (0, 0.05)) -> tuple[str, int, int]:
+    """One compare: a first look after ``first`` = (launch pairs, windows per launch), then a
+    round of 2 pairs at ``then_windows`` at a time while INCONCLUSIVE. Returns (its final
+    verdict, its launch pairs, its windows per arm). ``early``: (pairs, alpha): a look before
+    that many pairs calls a change only at that alpha."""
+    def pairs(n: int, windows: int) -> list[float]:
+        sd = math.sqrt(between_pct ** 2 + within_pct ** 2 / windows) / 100.0
+        return list(math.log1p(-change_pct / 100.0) + rng.normal(0.0, sd, n))
+
+    ratios, windows = pairs(*first), first[0] * first[1]
     while True:
         base = [ArmTrial(1000.0)] * len(ratios)
         head = [ArmTrial(1000.0 * math.exp(r)) for r in ratios]
-        verdict = decide(base, head, margin_pct=MARGIN_PCT).verdict
+        alpha = early[1] if len(ratios) < early[0] else 0.05
+        verdict = decide(base, head, margin_pct=MARGIN_PCT, alpha=alpha).verdict
         if verdict != INCONCLUSIVE or len(ratios) >= max_pairs:
-            return verdict, len(ratios)
-        ratios += list(shift + rng.normal(0.0, sd, 2))
+            return verdict, len(ratios), windows
+        ratios += pairs(2, then_windows)
+        windows += 2 * then_windows
+
+
+def policies(split: NoiseSplit, max_pairs: int) -> list[tuple[str, tuple[int, int], int, tuple[int, float]]]:
+    """(name, first look (pairs, windows), windows of the launches after it, (pairs before which
+    a look calls a change only at the stricter alpha, that alpha)) of each way."""
+    today = plan(max(split.pair_sd_pct(1), 0.01), CHANGE_PCT, max_pairs=max_pairs)
+    planned = plan_windows(split, CHANGE_PCT, max_pairs=max_pairs)
+    w, n = planned.windows or 1, planned.pairs or 0
+    return [("today", (min(max(4, today.pairs or 4), max_pairs), 1), 1, (0, 0.05)),
+            ("planned first round", (min(max(4, n or 4), max_pairs), w), w, (0, 0.05)),
+            ("first look at 4", (4, w), w, (0, 0.05)),
+            ("first look at 4 x 1, then planned", (4, 1), w, (0, 0.05)),
+            ("4 x 1, then planned; before the plan alpha 0.01", (4, 1), w, (n, 0.01)),
+            ("4 x 1, then planned; before the plan alpha 0.005", (4, 1), w, (n, 0.005))]
 
 
 def cell(label: str, between: float, within: float, args: argparse.Namespace, rng: np.random.Generator) -> list[str]:
     split = NoiseSplit(between, within, 3, args.start_s, args.window_s)
-    today = plan(max(split.pair_sd_pct(1), 0.01), CHANGE_PCT)
-    planned = plan_windows(split, CHANGE_PCT, max_pairs=args.max_pairs)
     rows = []
-    for name, windows, pairs in (("today", 1, today.pairs), ("planned", planned.windows, planned.pairs)):
-        first = min(max(4, pairs or args.max_pairs), args.max_pairs)
-        launch_h = (args.start_s + windows * args.window_s) / 3600.0
-        decided = spent = 0.0
-        for _ in range(args.draws):
-            verdict, n = simulate(between, within, windows, first, CHANGE_PCT, rng, args.max_pairs)
-            spent += 2 * n * launch_h
-            decided += verdict == REGRESSION
-        false = sum(simulate(between, within, windows, first, 0.0, rng, args.max_pairs)[0] in (REGRESSION, IMPROVEMENT)
-                    for _ in range(args.draws))
-        per = f"{spent / decided:.2f}" if decided else "-"
-        rows.append(f"| {label} | {between:.1f} / {within:.1f} | {name} | {first} x {windows} | "
-                    f"{decided / args.draws:.1%} | {spent / args.draws:.2f} | {per} | {false / args.draws:.1%} |")
+    for name, first, then, early in policies(split, args.max_pairs):
+        row = f"| {label} | {between:.1f} / {within:.1f} | {name} | {first[0]} x {first[1]}, then x {then} |"
+        for change in args.change_pct:
+            decided = spent = 0.0
+            for _ in range(args.draws):
+                verdict, n, windows = simulate(between, within, first, then, change, rng, args.max_pairs, early)
+                spent += 2 * (n * args.start_s + windows * args.window_s) / 3600.0
+                decided += verdict == REGRESSION
+            per = f"{spent / decided:.2f}" if decided else "-"
+            row += f" {decided / args.draws:.1%} | {per} |"
+        false = sum(simulate(between, within, first, then, 0.0, rng, args.max_pairs, early)[0] in (REGRESSION, IMPROVEMENT)
+                    for _ in range(args.aa_draws))
+        rows.append(row + f" {false / args.aa_draws:.2%} |")
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=int, default=400)
+    parser.add_argument("--aa-draws", type=int, default=4000, help="A/A compares per cell (a rate near 1%% needs thousands)")
     parser.add_argument("--start-s", type=float, default=300.0)
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--max-pairs", type=int, default=16)
+    parser.add_argument("--change-pct", type=float, action="append", default=None,
+                        help="true slowdowns to simulate (default 5 and 15: the planner's goal and the demo's plant)")
     parser.add_argument("--split", action="append", default=[], metavar="LABEL:BETWEEN:WITHIN",
                         help="another split to add to the grid (a measured one)")
     args = parser.parse_args()
+    args.change_pct = args.change_pct or [CHANGE_PCT, 15.0]
     grid = GRID + [(label, float(b), float(w)) for label, b, w in (s.rsplit(":", 2) for s in args.split)]
     started = time.monotonic()
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d %H:%M %Z')}; "
-          f"start {args.start_s:.0f} s, window {args.window_s:.0f} s, margin {MARGIN_PCT}%, a {CHANGE_PCT}% slowdown, "
-          f"{args.draws} compares per cell and truth, at most {args.max_pairs} pairs")
-    print("| split | between / within sd % | plan | first round (launches x windows per arm) | "
-          "decided REGRESSION | GPU h per compare | GPU h per REGRESSION | A/A false change |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"start {args.start_s:.0f} s, window {args.window_s:.0f} s, margin {MARGIN_PCT}%, plans for a {CHANGE_PCT}% slowdown, "
+          f"{args.draws} compares per cell and slowdown, "
+          f"{args.aa_draws} A/As, at most {args.max_pairs} pairs")
+    print("| split | between / within sd % | way | launches x windows per arm | "
+          + " | ".join(f"{c:g}% slowdown: decided REGRESSION | GPU h per REGRESSION" for c in args.change_pct)
+          + " | A/A false change |")
+    print("|---|---|---|---|" + "---|---|" * len(args.change_pct) + "---|")
     rng = np.random.default_rng(2026_12_07)
     for label, between, within in grid:
         for row in cell(label, between, within, args, rng):

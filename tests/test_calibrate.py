@@ -12,6 +12,8 @@ import core
 import storage
 from bot._runs import calibration_plans
 from core._experiments.calibrate import NoiseSplit, plan, plan_windows
+from core._experiments.compare import CompareRequest
+from core.testing import fake_engine_config
 from tests.conftest import ROOT, specperf_in_process
 
 
@@ -79,7 +81,7 @@ def test_calibrate_stores_the_spread_that_compare_plans_with(repo, tmp_path, unu
     assert calibration_plans(db, "fake", "local", "default", core.CompareConfig(pairing="concurrent")) == (None, {})
 
 
-def test_compare_plans_its_first_round_from_the_calibration():
+def test_compare_keeps_its_first_verdict_and_plans_the_windows_of_the_launches_after_it():
     import io
 
     from rich.console import Console
@@ -87,14 +89,19 @@ def test_compare_plans_its_first_round_from_the_calibration():
     from bot.cli.compare import _planned
 
     out = io.StringIO()
-    settings, windows = _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": plan(2.0)},
-                                 Console(file=out), 7)
-    assert settings.min_trials == min(plan(2.0).pairs, 8) > 4 and windows == 1
+    # a plan from a spread alone: one window a launch, nothing changes but the line
+    assert _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": plan(2.0)}, Console(file=out, width=200), 7) == {}
     assert "calibration (run 7) baseline: launch-to-launch spread 2.0%" in out.getvalue()
-    # from a noise split: the windows of the mode that wants the most
+    # from a noise split: that mode's windows after the first verdict, which stays at min_trials
     split = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=300.0, window_s=60.0)
     planned = plan_windows(split)
-    settings, windows = _planned(core.CompareConfig(min_trials=4, max_trials=16),
-                                 {"baseline": plan(2.0), "eagle3": planned}, Console(file=out), 8)
-    assert windows == planned.windows > 1 and settings.min_trials == max(planned.pairs, plan(2.0).pairs)
-    assert f"planning {settings.min_trials} launches x {windows} windows per arm" in out.getvalue()
+    settings = core.CompareConfig(min_trials=4, max_trials=16)
+    later = _planned(settings, {"baseline": plan(2.0), "eagle3": planned}, Console(file=out, width=200), 8)
+    assert later == {"eagle3": planned.windows} and planned.windows > 1
+    assert (f"first verdict after 4 launches per arm as without a plan; launches after it measure eagle3 "
+            f"{planned.windows} windows") in out.getvalue()
+    request = CompareRequest(engine_name="fake", engine=fake_engine_config(ROOT), workload_name="w",
+                             workload=core.WorkloadConfig(), head_ref="HEAD", base_ref=None,
+                             modes=["baseline", "eagle3"], settings=settings, host=None, later_windows=later)
+    assert [request.workload_for("eagle3", n).windows for n in range(6)] == [1] * 4 + [planned.windows] * 2
+    assert [request.workload_for("baseline", n).windows for n in range(6)] == [1] * 6

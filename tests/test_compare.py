@@ -459,7 +459,9 @@ async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_o
         return 10.0 if heads[mode] % 2 else 40.0
 
     host = FakeHost(tmp_path / "work", itl_ms)
-    result = await compare(fake_request(repo, host, "slow"))
+    request = fake_request(repo, host, "slow")
+    request.later_windows = {"baseline": 3, "eagle3": 3}  # a calibration's plan: 3 windows after the first verdict
+    result = await compare(request)
     assert result.status == "done", result.reason
     baseline, eagle3 = result.verdicts["baseline"], result.verdicts["eagle3"]
     assert eagle3.verdict == REGRESSION and eagle3.n_pairs == 4
@@ -467,6 +469,10 @@ async def test_an_inconclusive_mode_gets_rounds_up_to_max_trials_and_a_decided_o
     modes = [mode for _, mode in launched(host, shas)]
     # rounds 1-2: both modes; rounds 3-4: the undecided baseline alone
     assert modes == ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 4 + ["eagle3"] * 4 + ["baseline"] * 8
+    # the first verdict's launches measured the workload's one window, the baseline's later ones three
+    windows = {mode: [len(t.sample.window_tok_s) for t in arms["base"]] for mode, arms in result.trials.items()}
+    assert windows == {"baseline": [1] * 4 + [3] * 4, "eagle3": [1] * 4}, windows
+    assert result.cost()["windows"] == 2 * (4 + 12 + 4) and result.cost()["launches"] == 24
 
 
 async def test_a_commit_whose_engine_never_starts_ends_the_run_as_failed(repo, tmp_path):

@@ -145,3 +145,5 @@ def test_the_cost_line_gives_the_gpu_time_and_the_share_in_measured_windows():
         "and stops")
     assert cost_line({"engines_up_s": 41.0, "measured_s": 0.0, "launches": 2, "measured_share": None}) == (
         "GPU time 41 s (engines up, 2 launches)")
+    assert cost_line({"engines_up_s": 600.0, "measured_s": 300.0, "launches": 8, "windows": 20,
+                      "measured_share": 0.5}).startswith("GPU time 10.0 min (engines up, 8 launches, 20 windows), 50%")

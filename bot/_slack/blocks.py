@@ -125,7 +125,8 @@ def verdict_blocks(stored: storage.StoredRun, report: dict, calibration: list[st
     if calibration:
         blocks.append(_text("*calibration* (A/A: both arms are the same commit)\n" + "\n".join(calibration)
                             + f"\nstored as the calibration of `{run.engine_name}` on host `{run.host}` with workload "
-                              f"`{run.workload_name}`: compare plans its first round and words INCONCLUSIVE with it"))
+                              f"`{run.workload_name}`: compare plans the windows of its later launches and words "
+                              "INCONCLUSIVE with it"))
     if history:
         blocks.append(_text("*against earlier runs*\n" + "\n".join(c.line() for c in history)[:2900]))
     launches = max((e["base"]["trials"] for e in report["modes"].values()), default=0)

@@ -242,8 +242,7 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         calibrated, plans = (None, {}) if extra else calibration_plans(db, choice.engine_name, choice.host_name,
                                                                         choice.workload_name, request.settings)
         if plans:
-            request.settings, windows = _planned(request.settings, plans, console, calibrated)
-            request.workload = request.workload.model_copy(update={"windows": windows})
+            request.later_windows = _planned(request.settings, plans, console, calibrated)
         recorded: dict[str, int] = {}
 
         on_slurm = isinstance(host, SlurmHost)
@@ -293,7 +292,8 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
             console.print(line, markup=False, highlight=False)
         console.print(f"stored as the calibration of {choice.engine_name} on host {choice.host_name} with workload "
                       f"{choice.workload_name}: "
-                      "compare plans its first round and words INCONCLUSIVE with it", markup=False, highlight=False)
+                      "compare plans the windows of its later launches and words INCONCLUSIVE with it",
+                      markup=False, highlight=False)
     return 0
 
 
@@ -319,20 +319,20 @@ async def storage_failed(db, run_id: int | None, exc: SQLAlchemyError,
 
 
 def _planned(settings: core.CompareConfig, plans: dict[str, Plan], console: Console,
-             run_id: int | None) -> tuple[core.CompareConfig, int]:
-    """The first round planned from the host's calibration: at least as many launches per arm
-    as its plan asks for at this margin (within ``max_trials``), and the windows per launch of
-    the mode whose plan wants the most (one workload serves every mode; 1 for plans made from a
-    spread alone). Returns (the settings, the windows)."""
-    wanted = max((p.pairs for p in plans.values() if p.pairs), default=settings.min_trials)
-    first = min(max(settings.min_trials, wanted), settings.max_trials)
-    windows = max((p.windows for p in plans.values() if p.pairs), default=1)
+             run_id: int | None) -> dict[str, int]:
+    """What the host's calibration changes in a compare: each mode's plan said in a line, and
+    the windows per launch of the launches after the first verdict, per mode whose plan wants
+    more than one (:meth:`core._experiments.compare.CompareRequest.workload_for`). The first
+    verdict stays at ``min_trials`` launches of the workload's windows, as without a plan: a
+    change clear there costs no more (bench/WINDOWS_RESULTS.md). Returns ``{mode: windows}``."""
     for mode, p in plans.items():
         console.print(f"calibration (run {run_id}) {mode}: {p.line()}", markup=False, highlight=False)
-    if first != settings.min_trials or windows != 1:
-        console.print(f"planning {first} launches x {windows} windows per arm before the first verdict (was "
-                      f"{settings.min_trials} x 1)", markup=False, highlight=False)
-    return settings.model_copy(update={"min_trials": first}), windows
+    later = {mode: p.windows for mode, p in plans.items() if p.pairs and p.windows > 1}
+    if later:
+        console.print(f"first verdict after {settings.min_trials} launches per arm as without a plan; launches after "
+                      "it measure " + ", ".join(f"{mode} {w} windows" for mode, w in later.items()),
+                      markup=False, highlight=False)
+    return later
 
 
 async def run_calibrate(args: argparse.Namespace, console: Console) -> int:

@@ -121,6 +121,19 @@ class CompareRequest:
     profile_dir: str | None = None
     base_engine_name: str | None = None  # the base arm's own set-up (core._experiments.arms), if any
     base_engine: EngineConfig | None = None
+    later_windows: dict[str, int] = field(default_factory=dict)  # {mode: windows} after the first verdict
+
+    def workload_for(self, mode: str, launches: int) -> WorkloadConfig:
+        """The workload of mode ``mode``'s next launch, after ``launches`` launches per arm: the
+        request's until the first verdict (``settings.min_trials`` launches), then with the
+        windows per launch of ``later_windows`` (the host's calibration's plan, bot's compare):
+        a change clear at the first verdict costs no more than without a plan, and the launches
+        an undecided verdict adds measure the windows that buy the most for their GPU time
+        (bench/WINDOWS_RESULTS.md)."""
+        windows = self.later_windows.get(mode)
+        if windows is None or launches < self.settings.min_trials or windows == self.workload.windows:
+            return self.workload
+        return self.workload.model_copy(update={"windows": windows})
 
     def arm_engine(self, role: str) -> EngineConfig:
         """The engine set-up of arm ``role`` (``base`` or ``head``): the base's own when it has
@@ -189,12 +202,16 @@ class CompareResult:
         to its engine's stop: start-up, readiness, warm-up, the measured window, the stop; not the
         builds, probes, cool-downs or the profile round), ``measured_s``, the sum of the trials'
         measured windows (``Sample.window_s``: under concurrent pairing each arm's own turns),
-        their share ``measured_share`` (0..1, ``None`` when nothing was up), and ``launches``.
-        On a GPU host ``engines_up_s`` is the GPU time the arms held."""
-        windows = [t.sample.window_s for by_role in self.trials.values() for arm in by_role.values() for t in arm]
+        their share ``measured_share`` (0..1, ``None`` when nothing was up), ``launches`` and
+        ``windows`` (the measured windows of all launches: more than ``launches`` where launches
+        measured several, :meth:`CompareRequest.workload_for`). On a GPU host ``engines_up_s`` is
+        the GPU time the arms held."""
+        trials = [t for by_role in self.trials.values() for arm in by_role.values() for t in arm]
+        measured = sum(t.sample.window_s for t in trials)
         up = round(self.engines_up_s, 1)
-        return {"engines_up_s": up, "measured_s": round(sum(windows), 1), "launches": len(windows),
-                "measured_share": round(sum(windows) / self.engines_up_s, 3) if self.engines_up_s > 0 else None}
+        return {"engines_up_s": up, "measured_s": round(measured, 1), "launches": len(trials),
+                "windows": sum(max(len(t.sample.window_tok_s), 1) for t in trials),
+                "measured_share": round(measured / self.engines_up_s, 3) if self.engines_up_s > 0 else None}
 
     def launches(self) -> list[dict]:
         """Every launch in order with its disturbance (:func:`core._experiments.report.launch_rows`)."""
@@ -535,7 +552,8 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                     arms = tuple(Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                                  for role in ("base", "head"))
                     up_since = time.monotonic()
-                    trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first)
+                    workload = request.workload_for(mode, len(result.trials[mode]["base"]))
+                    trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first, workload)
                     result.engines_up_s += time.monotonic() - up_since
                     for offset, (arm, trial) in enumerate(zip(arms, trials), start=1):
                         result.trials[mode][arm.role].append(trial)
@@ -549,7 +567,8 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                 up_since = time.monotonic()
-                trial = await _one_trial(request, obs, arm, seq, *engines[role])
+                workload = request.workload_for(mode, len(result.trials[mode][role]))
+                trial = await _one_trial(request, obs, arm, seq, *engines[role], workload)
                 result.engines_up_s += time.monotonic() - up_since
                 result.trials[mode][role].append(trial)
                 result.seqs[mode][role].append(seq)
@@ -633,12 +652,12 @@ def arm_differences(base: dict, head: dict, base_sha: str, head_sha: str) -> lis
 
 
 async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, seq: int,
-                     engine: EngineConfig, tree: str | None) -> TrialResult:
+                     engine: EngineConfig, tree: str | None, workload: WorkloadConfig) -> TrialResult:
     obs.progress(f"trial {seq}: {arm.mode} {arm.role} {arm.sha[:12]}")
     try:
         name = request.base_engine_name if arm.role == "base" and request.base_engine_name else request.engine_name
         trial = await measure(
-            name, engine, arm.mode, request.workload_name, request.workload,
+            name, engine, arm.mode, request.workload_name, workload,
             f"{request.host.workdir}/logs", host=request.host, cwd=tree,
             on_launch=lambda process: obs.trial_launched(arm, seq, process),
         )
@@ -649,7 +668,8 @@ async def _one_trial(request: CompareRequest, obs: CompareObserver, arm: Arm, se
 
 
 async def _pair_trials(request: CompareRequest, obs: CompareObserver, arms: tuple[Arm, Arm], seqs: tuple[int, int],
-                       engines: dict[str, tuple[EngineConfig, str | None]], first: int) -> tuple[TrialResult, TrialResult]:
+                       engines: dict[str, tuple[EngineConfig, str | None]], first: int,
+                       workload: WorkloadConfig) -> tuple[TrialResult, TrialResult]:
     """Both arms launched at once and measured in turns (``[compare] pairing = "concurrent"``)."""
     mode = arms[0].mode
     obs.progress(f"trials {seqs[0]} and {seqs[1]}: {mode} base {arms[0].sha[:12]} beside commit {arms[1].sha[:12]}, "
@@ -657,7 +677,7 @@ async def _pair_trials(request: CompareRequest, obs: CompareObserver, arms: tupl
     try:
         trials = await measure_pair(
             request.engine_name, (engines["base"][0], engines["head"][0]), mode, request.workload_name,
-            request.workload, f"{request.host.workdir}/logs", host=request.host,
+            workload, f"{request.host.workdir}/logs", host=request.host,
             cwds=(engines["base"][1], engines["head"][1]), first=first,
             on_launch=lambda i, process: obs.trial_launched(arms[i], seqs[i], process),
         )

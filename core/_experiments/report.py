@@ -92,20 +92,25 @@ class CostReport(TypedDict):
     engines_up_s: float
     measured_s: float
     launches: int
+    windows: int
     measured_share: float | None
     line: str
 
 
 def cost_line(cost: dict) -> str:
     """One line of what a compare cost: ``GPU time 4.6 min (engines up, 16 launches), 38% of it
-    in measured windows; the rest is start-up, warm-up and stops``. The share says how much of
-    the GPU time more windows per launch could still use (issue 42)."""
+    in measured windows; the rest is start-up, warm-up and stops``, with the windows counted
+    where launches measured several (``16 launches, 40 windows``; a stored run of before
+    ``windows`` was kept: one a launch). The share says how much of the GPU time more windows
+    per launch could still use (issue 42)."""
     up = cost["engines_up_s"]
     share = cost.get("measured_share")
     spent = f"{up / 60:.1f} min" if up >= 60 else f"{up:.0f} s"
     tail = (f", {share:.0%} of it in measured windows; the rest is start-up, warm-up and stops"
             if share is not None else "")
-    return f"GPU time {spent} (engines up, {cost['launches']} launches){tail}"
+    windows = cost.get("windows", cost["launches"])
+    counted = f"{cost['launches']} launches" + (f", {windows} windows" if windows != cost["launches"] else "")
+    return f"GPU time {spent} (engines up, {counted}){tail}"
 
 
 class CompareReport(TypedDict):
