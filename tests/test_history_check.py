@@ -112,6 +112,26 @@ def test_a_changed_model_is_not_comparable_and_a_changed_engine_variable_is_name
     assert check_history("eagle3", "base", "b" * 40, [82.0, 81.5], then, past, margin_pct=2.0) is None
 
 
+def test_a_calibration_of_several_windows_a_launch_is_comparable_with_a_compare_of_one():
+    """Seen in the demo run beside a calibration (2026-12-07): "not comparable with run 1:
+    workload differs: windows 3 -> 1". Windows say how often a launch measured the workload, not
+    what it measures; another output length still makes the runs not comparable."""
+    from core._history.check import setup_of
+
+    def settings(**workload) -> dict:
+        return {"engine": {"model": "m"}, "workload": {"output_len": 64, **workload}}
+
+    assert setup_of(settings(windows=3), "baseline") == setup_of(settings(windows=1), "baseline")
+    past = [PastLaunches(1, dt.datetime(2026, 12, 7, 14, 36), "a" * 40, [330.0, 334.0, 329.0],
+                         setup_of(settings(windows=3), "baseline"))]
+    check = check_history("baseline", "base", "a" * 40, [327.0, 331.0, 328.0], setup_of(settings(), "baseline"),
+                          past, margin_pct=3.0)
+    assert check.outcome != "not comparable", check.reason
+    other = check_history("baseline", "base", "a" * 40, [327.0, 331.0], setup_of(settings(output_len=8), "baseline"),
+                          past, margin_pct=3.0)
+    assert other.outcome == "not comparable" and other.reason == "workload differs: output_len 64 -> 8"
+
+
 def test_two_launches_that_agree_by_chance_do_not_make_a_level_known_on_a_host_whose_launches_differ():
     """CI's history of 2026-12-07: one commit in two runs, each run's two launches 0.1% apart,
     the runs' levels 2.9% apart, where that engine's launches within a run usually differ by

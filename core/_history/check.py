@@ -68,8 +68,14 @@ def setup_of(settings: Mapping[str, Any], mode: str) -> dict[str, Any]:
 
 def _filled(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A stored workload with the keys added since it was stored at their defaults (a run
-    stored before ``prompts`` existed measured random words), so it matches today's."""
-    return None if workload is None else {**WorkloadConfig().model_dump(), **workload}
+    stored before ``prompts`` existed measured random words), so it matches today's; less
+    ``windows``, which says how many times a launch measured the workload, not what it measures
+    (a calibration of 3 windows a launch and a compare of 1 measure the same figure)."""
+    if workload is None:
+        return None
+    filled = {**WorkloadConfig().model_dump(), **workload}
+    filled.pop("windows", None)
+    return filled
 
 
 @dataclass(frozen=True)
