@@ -14,12 +14,15 @@ default 2% margin, a first look, then a round (2 pairs) at a time while INCONCLU
 * ``planned first round``: launches x windows of :func:`core._experiments.calibrate.plan_windows`
   (90% power for a 5% change) before the first look (the planner of 2026-12-07 morning);
 * ``first look at 4``: the planned windows from the first launch, the first look at 4;
-* ``first look at 4 x 1, then planned`` (what compare does now,
-  :meth:`core._experiments.compare.CompareRequest.workload_for`): the first look at 4 launches of
-  one window, as without a plan; the launches after it measure the planned windows;
+* ``first look at 4 x 1, then planned``: the first look at 4 launches of one window, as without
+  a plan; the launches after it measure the planned windows;
 * the same with a stricter alpha (0.01, 0.005) at the looks before the plan's launches, or
-  before today's first round (a Haybittle-Peto-like boundary: interim looks at a small alpha,
-  the planned one at the compare's).
+  before today's first round (Haybittle and Peto's rule: interim looks at a small alpha, the
+  planned one at the compare's). The plan's launches at 0.005 is what compare does
+  (:meth:`core._experiments.compare.CompareRequest.workload_for`,
+  :func:`core._experiments.compare.verdict_for`).
+
+Every way of a cell draws the same random numbers (a common seed per cell).
 
 A compare is simulated by its pair changes: a launch pair's log-ratio is the true change plus
 normal noise of variance ``between^2 + within^2 / W`` (the launch as the unit, its figure over
@@ -92,7 +95,7 @@ def policies(split: NoiseSplit, max_pairs: int) -> list[tuple[str, tuple[int, in
             ("first look at 4", (4, w), w, (0, 0.05)),
             ("first look at 4 x 1, then planned", (4, 1), w, (0, 0.05)),
             ("4 x 1, then planned; before the plan alpha 0.01", (4, 1), w, (n, 0.01)),
-            ("4 x 1, then planned; before the plan alpha 0.005", (4, 1), w, (n, 0.005)),
+            ("4 x 1, then planned; before the plan alpha 0.005 (what compare does)", (4, 1), w, (n, 0.005)),
             ("4 x 1, then planned; before today's first round alpha 0.005", (4, 1), w, (today.pairs or 0, 0.005))]
 
 

@@ -113,7 +113,8 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
     disturbed, left_out, trials = _judged(read, settings)
     if recompute:
         inert = next((snap.data.get("inert") for snap in stored.snapshots if snap.phase == "commit-diff"), None)
-        verdicts = {m: verdict_for(trials[m], settings, inert) for m in stored.run.modes}
+        planned = stored.run.settings.get("planned_trials") or {}
+        verdicts = {m: verdict_for(trials[m], settings, inert, planned.get(m, 0)) for m in stored.run.modes}
     else:
         verdicts = {v.mode: v.to_verdict() for v in stored.verdicts}
     rows = launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)

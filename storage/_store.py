@@ -45,7 +45,8 @@ class RunStore(CompareObserver):
         of its own (core._experiments.arms) is kept as ``settings["arms"]``: ``base_engine`` (its
         name), ``set_up`` (what differs, base -> head) and ``base_engine_config`` (secrets hidden),
         unless the two set-ups are the same; the windows per launch planned for the launches after
-        the first verdict as ``settings["later_windows"]`` (``{mode: windows}``), when any."""
+        the first verdict as ``settings["later_windows"]`` (``{mode: windows}``) and the launches
+        per arm the calibration planned as ``settings["planned_trials"]``, when any."""
         keep_alive(self.db)
         set_up = request.set_up_differences()  # none: one set-up on both sides, an A/A of it like any other
         arms = {} if not set_up or request.base_engine is None else {"arms": {
@@ -61,7 +62,8 @@ class RunStore(CompareObserver):
                           "engine": redact(request.engine.model_dump()), "host_where": request.host.where,
                           "client": "local" if request.host.is_local else request.host.client_where,
                           "owner": identity().as_owner(), **arms, **(extra or {}),
-                          **({"later_windows": request.later_windows} if request.later_windows else {})},
+                          **({"later_windows": request.later_windows} if request.later_windows else {}),
+                          **({"planned_trials": request.planned_trials} if request.planned_trials else {})},
             )
             session.add(run)
             session.commit()

@@ -82,6 +82,7 @@ def test_calibrate_stores_the_spread_that_compare_plans_with(repo, tmp_path, unu
 
 
 def test_compare_keeps_its_first_verdict_and_plans_the_windows_of_the_launches_after_it():
+    """The calibration's plan in a compare (bench/WINDOWS_RESULTS.md has why this way)."""
     import io
 
     from rich.console import Console
@@ -89,17 +90,21 @@ def test_compare_keeps_its_first_verdict_and_plans_the_windows_of_the_launches_a
     from bot.cli.compare import _planned
 
     out = io.StringIO()
-    # a plan from a spread alone: one window a launch, nothing changes but the line
-    assert _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": plan(2.0)}, Console(file=out, width=200), 7) == {}
+    # a plan from a spread alone: one window a launch; looks before its launches are interim looks
+    alone = plan(2.0)
+    assert _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": alone}, Console(file=out, width=200),
+                    7) == ({}, {"baseline": alone.pairs})
     assert "calibration (run 7) baseline: launch-to-launch spread 2.0%" in out.getvalue()
+    assert (f"first verdict after 4 launches per arm as without a plan; before the plan's baseline {alone.pairs} a "
+            "look decides only at alpha 0.005") in out.getvalue()
     # from a noise split: that mode's windows after the first verdict, which stays at min_trials
     split = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=300.0, window_s=60.0)
     planned = plan_windows(split)
     settings = core.CompareConfig(min_trials=4, max_trials=16)
-    later = _planned(settings, {"baseline": plan(2.0), "eagle3": planned}, Console(file=out, width=200), 8)
+    later, trials = _planned(settings, {"baseline": plan(2.0), "eagle3": planned}, Console(file=out, width=200), 8)
     assert later == {"eagle3": planned.windows} and planned.windows > 1
-    assert (f"first verdict after 4 launches per arm as without a plan; launches after it measure eagle3 "
-            f"{planned.windows} windows") in out.getvalue()
+    assert trials == {m: p.pairs for m, p in (("baseline", plan(2.0)), ("eagle3", planned)) if p.pairs > 4}
+    assert f"launches after the first verdict measure eagle3 {planned.windows} windows" in out.getvalue()
     request = CompareRequest(engine_name="fake", engine=fake_engine_config(ROOT), workload_name="w",
                              workload=core.WorkloadConfig(), head_ref="HEAD", base_ref=None,
                              modes=["baseline", "eagle3"], settings=settings, host=None, later_windows=later)

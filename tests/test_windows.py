@@ -100,3 +100,30 @@ def test_more_windows_never_turn_a_launch_effect_into_a_change_on_an_a_a(pairs):
             naive += 1
     assert ours <= 15, ours  # 5% of 300
     assert naive >= 80, naive
+
+
+def test_a_look_before_the_plans_launches_decides_only_at_the_interim_alpha():
+    """verdict_for with a calibration's plan of 8 launches per arm: 4 pairs whose p (about
+    0.009) is under the compare's 0.05 but not under the interim 0.005 stay INCONCLUSIVE and say
+    why; the same pairs with no plan, or with the plan's launches reached, are a REGRESSION."""
+    from core._config import CompareConfig
+    from core._experiments.compare import INTERIM_ALPHA, verdict_for
+    from core._experiments.stats import INCONCLUSIVE
+
+    settings = CompareConfig(min_trials=4, max_trials=16, margin_pct=2.0)
+
+    def trials(ratios):
+        return {"base": [ArmTrial(1000.0) for _ in ratios], "head": [ArmTrial(1000.0 * math.exp(r)) for r in ratios]}
+
+    four = [-0.14, -0.10, -0.06, -0.10]
+    assert verdict_for(trials(four), settings).verdict == REGRESSION
+    interim = verdict_for(trials(four), settings, planned=8)
+    assert interim.verdict == INCONCLUSIVE and INTERIM_ALPHA < interim.p_value < settings.alpha
+    assert interim.reason.startswith("an interim look, 4 of the 8 launches per arm the calibration planned: decided "
+                                     "here only at alpha 0.005 (the 99.5% interval)"), interim.reason
+    from core._experiments.report import ci_label
+
+    assert ci_label(interim.alpha) == "99.5% CI"  # what the terminal and Slack name its interval
+    assert verdict_for(trials(four * 2), settings, planned=8).verdict == REGRESSION
+    # a change clear at the first verdict stops the compare there, plan or not
+    assert verdict_for(trials([-0.16, -0.15, -0.17, -0.16]), settings, planned=8).verdict == REGRESSION

@@ -20,6 +20,7 @@ from bot._app import WatchResult
 from bot._common import disturbed_lines, fmt, profile_lines, speedup_text, watch_verdict, window_rows
 from bot._slack.mrkdwn import escape
 from core._experiments.categories import category_moves
+from core._experiments.report import ci_label
 from core._history.check import HistoryCheck
 
 _EMOJI = {"REGRESSION": ":red_circle:", "IMPROVEMENT": ":large_green_circle:", "NO CHANGE": ":white_circle:",
@@ -35,7 +36,7 @@ def _change(v: dict | None) -> str:
         return "-"
     if v["ci_low_pct"] is None:
         return _pct(v["change_pct"])
-    return f"{_pct(v['change_pct'])} (95% CI {_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])})"
+    return f"{_pct(v['change_pct'])} ({ci_label(v.get('alpha'))} {_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])})"
 
 
 def _field(label: str, value: str) -> dict:

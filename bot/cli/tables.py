@@ -10,6 +10,7 @@ from rich.text import Text
 
 from bot._common import disturbed_lines, fmt, profile_lines, speedup_text
 from core._experiments.categories import category_moves
+from core._experiments.report import ci_label
 
 _STYLE = {"REGRESSION": "bold red", "IMPROVEMENT": "bold green", "NO CHANGE": "green", "INCONCLUSIVE": "yellow"}
 
@@ -38,7 +39,8 @@ def print_report(console: Console, report: dict, title: str) -> None:
     for mode, entry in report["modes"].items():
         base, head, v = entry["base"], entry["head"], entry.get("verdict")
         if v and v["ci_low_pct"] is not None:
-            change = f"{_pct(v['change_pct'])} ({_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])})"
+            level = "" if ci_label(v.get("alpha")) == "95% CI" else f", {ci_label(v.get('alpha'))}"
+            change = f"{_pct(v['change_pct'])} ({_pct(v['ci_low_pct'])} .. {_pct(v['ci_high_pct'])}{level})"
         else:
             change = _pct(v["change_pct"]) if v else "-"
         verdict = (v["verdict"] if v else "-") + (" (outputs changed)" if entry.get("above") else "")

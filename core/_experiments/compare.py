@@ -122,6 +122,7 @@ class CompareRequest:
     base_engine_name: str | None = None  # the base arm's own set-up (core._experiments.arms), if any
     base_engine: EngineConfig | None = None
     later_windows: dict[str, int] = field(default_factory=dict)  # {mode: windows} after the first verdict
+    planned_trials: dict[str, int] = field(default_factory=dict)  # {mode: the plan's launches per arm} (verdict_for)
 
     def workload_for(self, mode: str, launches: int) -> WorkloadConfig:
         """The workload of mode ``mode``'s next launch, after ``launches`` launches per arm: the
@@ -281,15 +282,28 @@ def inert_difference(files: list[str], base_sha: str, head_sha: str) -> str | No
     return None
 
 
-def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, inert: str | None = None) -> Verdict:
+INTERIM_ALPHA = 0.005  # a look before the plan's launches (verdict_for; bench/WINDOWS_RESULTS.md)
+
+
+def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, inert: str | None = None,
+                planned: int = 0) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
     launch order (pairs = the shorter arm's count), with the outputs check of its arms and its
     verdict per category (core._experiments.outputs, core._experiments.categories). When the
     engine could not give acceptance length, the reason names the missing counter. ``inert`` (:func:`inert_difference`): the
     arms run the same code, so a REGRESSION or IMPROVEMENT by the numbers is reported as
-    INCONCLUSIVE with what it is: the host's difference between the arms, never the commit's."""
+    INCONCLUSIVE with what it is: the host's difference between the arms, never the commit's.
+
+    ``planned``: the launches per arm the host's calibration planned for this mode (0: none).
+    A look before them is an interim look of a group-sequential design (Haybittle and Peto's
+    rule: interim looks at a small alpha, the planned one at the compare's): it decides only at
+    :data:`INTERIM_ALPHA`, so a change that is clear early stops the compare there, and the
+    looks the plan did not need cost the A/A almost nothing in false changes (simulated in
+    bench/window_planner.py: 0.00-0.43% against 0.00-1.32% looking at the compare's alpha from
+    the first)."""
     n = min(len(trials["base"]), len(trials["head"]))
     base, head = trials["base"][:n], trials["head"][:n]
+    alpha = INTERIM_ALPHA if n < planned and INTERIM_ALPHA < settings.alpha else settings.alpha
 
     def judge(base: list[ArmTrial], head: list[ArmTrial], alpha: float) -> Verdict:
         verdict = decide(base, head, margin_pct=settings.margin_pct, alpha=alpha, min_pairs=settings.min_trials)
@@ -301,8 +315,12 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
                        f"drift), not the commit's; `specperf calibrate` measures this host ({verdict.reason})")
         return verdict
 
-    verdict = dataclasses.replace(judge(base, head, settings.alpha), outputs=compare_answers(base, head),
-                                  categories=category_verdicts(base, head, settings.alpha, judge))
+    verdict = dataclasses.replace(judge(base, head, alpha), outputs=compare_answers(base, head),
+                                  categories=category_verdicts(base, head, alpha, judge))
+    if alpha != settings.alpha and n >= settings.min_trials:
+        verdict = dataclasses.replace(verdict, reason=(
+            f"an interim look, {n} of the {planned} launches per arm the calibration planned: decided here only at "
+            f"alpha {alpha:g} (the {100 * (1 - alpha):g}% interval); {verdict.reason}"))
     missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
                       if t.acceptance_missing})
     if missing:  # what limited the verdict: no acceptance, so no acceptance/step-time split
@@ -577,7 +595,8 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                     await asyncio.sleep(settings.cooldown_s)
         result.disturbed, result.left_out = judge_compare(result.seqs, result.windows, settings)
         view = figures(result, settings.pairing)
-        result.verdicts = {m: verdict_for(view[m], settings, result.inert) for m in request.modes}
+        result.verdicts = {m: verdict_for(view[m], settings, result.inert, request.planned_trials.get(m, 0))
+                           for m in request.modes}
         obs.verdicts_updated(result.verdicts)
         launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0
         undecided = [

@@ -97,6 +97,13 @@ class CostReport(TypedDict):
     line: str
 
 
+def ci_label(alpha: float | None) -> str:
+    """The name of a verdict's interval at its ``alpha``: ``95% CI`` (0.05, and verdicts stored
+    without one), ``99.5% CI`` for an interim look (core._experiments.compare.INTERIM_ALPHA) or
+    whatever a config's ``alpha`` makes it."""
+    return f"{100 * (1 - (0.05 if alpha is None else alpha)):.4g}% CI"
+
+
 def cost_line(cost: dict) -> str:
     """One line of what a compare cost: ``GPU time 4.6 min (engines up, 16 launches), 38% of it
     in measured windows; the rest is start-up, warm-up and stops``, with the windows counted
