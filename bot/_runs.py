@@ -12,7 +12,14 @@ import storage
 from bot import _slurm_batch as slurm
 from bot._common import open_host, owner_alive
 from core._experiments.calibrate import Plan, noise_split, pair_spread_pct, plan, plan_windows
-from core._experiments.compare import arm_differences, judge_compare, verdict_for, with_places
+from core._experiments.compare import (
+    INTERIM_ALPHA,
+    CompareRequest,
+    arm_differences,
+    judge_compare,
+    verdict_for,
+    with_places,
+)
 from core._experiments.compare import kept as _kept
 from core._experiments.report import launch_rows, summarize
 from core._experiments.stats import ArmTrial
@@ -307,6 +314,28 @@ def calibration_plans(db, engine_name: str, host: str, workload_name: str,
         return None, {}
     return run.id, mode_plans(stored_report(storage.load_run(db, run.id))[1], run.settings["calibration"],
                               settings.alpha, run.settings.get("cost"), settings.max_trials)
+
+
+def plan_request(request: CompareRequest, run_id: int | None, plans: dict[str, Plan]) -> list[str]:
+    """Put the host's calibration (run ``run_id``'s ``plans``, :func:`calibration_plans`) into a
+    compare's ``request`` and say it in lines: the plan's launches per arm, before which a look
+    decides only at the interim alpha (:func:`core._experiments.compare.verdict_for`), and the
+    windows per launch of the launches after the first verdict, per mode whose plan wants more
+    than one (:meth:`core._experiments.compare.CompareRequest.workload_for`). The first verdict
+    stays at ``min_trials`` launches of the workload's windows, as without a plan: a change clear
+    there costs no more (bench/WINDOWS_RESULTS.md). No plans: no lines, nothing changed."""
+    lines = [f"calibration (run {run_id}) {mode}: {p.line()}" for mode, p in plans.items()]
+    min_trials = request.settings.min_trials
+    request.later_windows = {mode: p.windows for mode, p in plans.items() if p.pairs and p.windows > 1}
+    request.planned_trials = {mode: p.pairs for mode, p in plans.items() if p.pairs and p.pairs > min_trials}
+    parts = [f"first verdict after {min_trials} launches per arm as without a plan"]
+    if request.planned_trials:
+        parts.append("before the plan's " + ", ".join(f"{mode} {n}" for mode, n in request.planned_trials.items())
+                     + f" a look decides only at alpha {INTERIM_ALPHA:g}")
+    if request.later_windows:
+        parts.append("launches after the first verdict measure "
+                     + ", ".join(f"{mode} {w} windows" for mode, w in request.later_windows.items()))
+    return lines + (["; ".join(parts)] if len(parts) > 1 else [])
 
 
 def mode_plans(trials: dict, goal: dict, alpha: float, cost: dict | None, max_pairs: int = 64) -> dict[str, Plan]:

@@ -104,7 +104,8 @@ async def submit(db, request: CompareRequest, shas: tuple[str, str], extra: dict
             "settings": request.settings.model_dump(mode="json"), "shas": list(shas),
             "force_clean": request.force_clean, "base_engine_name": request.base_engine_name,
             "base_engine": request.base_engine.model_dump(mode="json") if request.base_engine else None,
-            "profile_dir": request.profile_dir or f"{host.workdir}/profiles/run-{run_id}"}
+            "profile_dir": request.profile_dir or f"{host.workdir}/profiles/run-{run_id}",
+            "later_windows": request.later_windows, "planned_trials": request.planned_trials}
     try:
         await host.makedirs(jobs)
         await host.write_file(spec_path, json.dumps(spec).encode(), private=True)
@@ -453,7 +454,8 @@ async def run_job(spec_path: str) -> int:
         workload_name=spec["workload_name"], workload=core.WorkloadConfig.model_validate(spec["workload"]),
         head_ref=spec["head_ref"], base_ref=spec["base_ref"], modes=spec["modes"],
         settings=core.CompareConfig.model_validate(spec["settings"]), host=host, force_clean=spec["force_clean"],
-        profile_dir=spec.get("profile_dir"), base_engine_name=spec.get("base_engine_name"), base_engine=base_engine)
+        profile_dir=spec.get("profile_dir"), base_engine_name=spec.get("base_engine_name"), base_engine=base_engine,
+        later_windows=spec.get("later_windows") or {}, planned_trials=spec.get("planned_trials") or {})
     store = storage.RunStore(db)
     await asyncio.to_thread(store.resume, run_id)
     await asyncio.to_thread(storage.update_settings, db, run_id, "slurm",

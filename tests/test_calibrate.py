@@ -10,7 +10,7 @@ import pytest
 
 import core
 import storage
-from bot._runs import calibration_plans
+from bot._runs import calibration_plans, plan_request
 from core._experiments.calibrate import NoiseSplit, plan, plan_windows
 from core._experiments.compare import CompareRequest
 from core.testing import fake_engine_config
@@ -82,31 +82,31 @@ def test_calibrate_stores_the_spread_that_compare_plans_with(repo, tmp_path, unu
 
 
 def test_compare_keeps_its_first_verdict_and_plans_the_windows_of_the_launches_after_it():
-    """The calibration's plan in a compare (bench/WINDOWS_RESULTS.md has why this way)."""
-    import io
+    """The calibration's plan in a compare (bench/WINDOWS_RESULTS.md has why this way), as the
+    terminal and the queue put it in (bot._runs.plan_request)."""
+    def request(settings: core.CompareConfig) -> CompareRequest:
+        return CompareRequest(engine_name="fake", engine=fake_engine_config(ROOT), workload_name="w",
+                              workload=core.WorkloadConfig(), head_ref="HEAD", base_ref=None,
+                              modes=["baseline", "eagle3"], settings=settings, host=None)
 
-    from rich.console import Console
-
-    from bot.cli.compare import _planned
-
-    out = io.StringIO()
+    # no calibration: nothing said, nothing changed
+    bare = request(core.CompareConfig())
+    assert plan_request(bare, None, {}) == [] and bare.later_windows == {} and bare.planned_trials == {}
     # a plan from a spread alone: one window a launch; looks before its launches are interim looks
     alone = plan(2.0)
-    assert _planned(core.CompareConfig(min_trials=4, max_trials=8), {"baseline": alone}, Console(file=out, width=200),
-                    7) == ({}, {"baseline": alone.pairs})
-    assert "calibration (run 7) baseline: launch-to-launch spread 2.0%" in out.getvalue()
-    assert (f"first verdict after 4 launches per arm as without a plan; before the plan's baseline {alone.pairs} a "
-            "look decides only at alpha 0.005") in out.getvalue()
+    spread = request(core.CompareConfig(min_trials=4, max_trials=8))
+    lines = plan_request(spread, 7, {"baseline": alone})
+    assert spread.later_windows == {} and spread.planned_trials == {"baseline": alone.pairs} and alone.pairs > 4
+    assert lines[0].startswith("calibration (run 7) baseline: launch-to-launch spread 2.0%")
+    assert lines[1] == (f"first verdict after 4 launches per arm as without a plan; before the plan's baseline "
+                        f"{alone.pairs} a look decides only at alpha 0.005")
     # from a noise split: that mode's windows after the first verdict, which stays at min_trials
     split = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=300.0, window_s=60.0)
     planned = plan_windows(split)
-    settings = core.CompareConfig(min_trials=4, max_trials=16)
-    later, trials = _planned(settings, {"baseline": plan(2.0), "eagle3": planned}, Console(file=out, width=200), 8)
-    assert later == {"eagle3": planned.windows} and planned.windows > 1
-    assert trials == {m: p.pairs for m, p in (("baseline", plan(2.0)), ("eagle3", planned)) if p.pairs > 4}
-    assert f"launches after the first verdict measure eagle3 {planned.windows} windows" in out.getvalue()
-    request = CompareRequest(engine_name="fake", engine=fake_engine_config(ROOT), workload_name="w",
-                             workload=core.WorkloadConfig(), head_ref="HEAD", base_ref=None,
-                             modes=["baseline", "eagle3"], settings=settings, host=None, later_windows=later)
-    assert [request.workload_for("eagle3", n).windows for n in range(6)] == [1] * 4 + [planned.windows] * 2
-    assert [request.workload_for("baseline", n).windows for n in range(6)] == [1] * 6
+    both = request(core.CompareConfig(min_trials=4, max_trials=16))
+    lines = plan_request(both, 8, {"baseline": alone, "eagle3": planned})
+    assert both.later_windows == {"eagle3": planned.windows} and planned.windows > 1
+    assert both.planned_trials == {m: p.pairs for m, p in (("baseline", alone), ("eagle3", planned)) if p.pairs > 4}
+    assert lines[-1].endswith(f"launches after the first verdict measure eagle3 {planned.windows} windows")
+    assert [both.workload_for("eagle3", n).windows for n in range(6)] == [1] * 4 + [planned.windows] * 2
+    assert [both.workload_for("baseline", n).windows for n in range(6)] == [1] * 6

@@ -61,7 +61,7 @@ from bot import _app as app
 from bot import _slurm_batch as slurm
 from bot._app import trial_line
 from bot._common import data_dir, open_host, owner_alive
-from bot._runs import reconcile_runs
+from bot._runs import calibration_plans, plan_request, reconcile_runs
 from core._experiments.bisection import BisectObserver, BisectResult, BisectStep
 from core._experiments.compare import CompareRequest
 from core._hosts import Host, SlurmHost
@@ -507,7 +507,7 @@ class JobQueue:
                                              detach=self._detaching)
                     run_id = adopted_run
                 else:
-                    request = compare_request(self.config, job, host)
+                    request = await self._planned(compare_request(self.config, job, host), job, extra)
                     shas = (job.args["base_sha"], job.args["head_sha"])
                     run_id = await app.compare_on_slurm(self.config, self.db, request, shas, session,
                                                         JobProgress(job, self.notifier), on_run=started,
@@ -523,7 +523,7 @@ class JobQueue:
                     return
                 result = slurm.stored_result(stored)
             else:
-                request = compare_request(self.config, job, host)
+                request = await self._planned(compare_request(self.config, job, host), job, extra)
                 shas = (job.args["base_sha"], job.args["head_sha"])
                 _, result = await app.compare(self.config, self.db, request, shas, session,
                                               JobProgress(job, self.notifier), on_run=started, extra=extra)
@@ -552,6 +552,18 @@ class JobQueue:
             await self._failed(job, run_id, claimed_at, exc)
             return
         await self._finished(job, run_id, result)
+
+    async def _planned(self, request: CompareRequest, job: storage.Job, extra: dict | None) -> CompareRequest:
+        """A compare job's request with the host's calibration put in, as the terminal's compare
+        does (:func:`bot._runs.plan_request`; stored with the run as ``later_windows`` and
+        ``planned_trials``), its lines logged; a calibrate or recheck job (``extra``) fixes its
+        launches and takes no plan."""
+        if extra is None:
+            run_id, plans = await asyncio.to_thread(calibration_plans, self.db, job.engine_name, job.host,
+                                                    job.workload_name, request.settings)
+            for line in plan_request(request, run_id, plans):
+                log.info("job %s: %s", job.id, line)
+        return request
 
     async def _failed(self, job: storage.Job, run_id: int | None, claimed_at, exc: Exception) -> None:
         """Settle a job whose run raised ``exc`` (its engine is already stopped): a database

@@ -29,12 +29,11 @@ from bot._common import (
     pin_client,
     write_json,
 )
-from bot._runs import add_history, calibration_plans, recheck_plan, stored_report
+from bot._runs import add_history, calibration_plans, plan_request, recheck_plan, stored_report
 from bot._settings import load_config
 from bot.cli.exit_status import EXIT_ENGINE, EXIT_HOST, failure
 from bot.cli.tables import print_bisect, print_report
-from core._experiments.calibrate import Plan
-from core._experiments.compare import INTERIM_ALPHA, figures, resolve_refs
+from core._experiments.compare import figures, resolve_refs
 from core._experiments.report import render_chart, summarize
 from core._experiments.stats import INCONCLUSIVE
 from core._hosts import SlurmHost
@@ -241,8 +240,8 @@ async def run_compare(args: argparse.Namespace, console: Console) -> int:
         extra = {"calibration": goal} if goal else {"recheck_of": recheck_of["recheck_of"]} if recheck_of else None
         calibrated, plans = (None, {}) if extra else calibration_plans(db, choice.engine_name, choice.host_name,
                                                                         choice.workload_name, request.settings)
-        if plans:
-            request.later_windows, request.planned_trials = _planned(request.settings, plans, console, calibrated)
+        for line in plan_request(request, calibrated, plans):
+            console.print(line, markup=False, highlight=False)
         recorded: dict[str, int] = {}
 
         on_slurm = isinstance(host, SlurmHost)
@@ -316,31 +315,6 @@ async def storage_failed(db, run_id: int | None, exc: SQLAlchemyError,
                 return storage.StorageError(f"{reason}; its engines were stopped; run {run_id} could not be marked "
                                             "and will be closed by the next specperf that opens the database")
             await asyncio.sleep(1.0)
-
-
-def _planned(settings: core.CompareConfig, plans: dict[str, Plan], console: Console,
-             run_id: int | None) -> tuple[dict[str, int], dict[str, int]]:
-    """What the host's calibration changes in a compare, each mode's plan said in a line:
-    the windows per launch of the launches after the first verdict, per mode whose plan wants
-    more than one (:meth:`core._experiments.compare.CompareRequest.workload_for`), and the
-    plan's launches per arm, before which a look decides only at the interim alpha
-    (:func:`core._experiments.compare.verdict_for`). The first verdict stays at ``min_trials``
-    launches of the workload's windows, as without a plan: a change clear there costs no more
-    (bench/WINDOWS_RESULTS.md). Returns (``{mode: windows}``, ``{mode: launches per arm}``)."""
-    for mode, p in plans.items():
-        console.print(f"calibration (run {run_id}) {mode}: {p.line()}", markup=False, highlight=False)
-    later = {mode: p.windows for mode, p in plans.items() if p.pairs and p.windows > 1}
-    planned = {mode: p.pairs for mode, p in plans.items() if p.pairs and p.pairs > settings.min_trials}
-    parts = [f"first verdict after {settings.min_trials} launches per arm as without a plan"]
-    if planned:
-        parts.append("before the plan's " + ", ".join(f"{mode} {n}" for mode, n in planned.items())
-                     + f" a look decides only at alpha {INTERIM_ALPHA:g}")
-    if later:
-        parts.append("launches after the first verdict measure "
-                     + ", ".join(f"{mode} {w} windows" for mode, w in later.items()))
-    if planned or later:
-        console.print("; ".join(parts), markup=False, highlight=False)
-    return later, planned
 
 
 async def run_calibrate(args: argparse.Namespace, console: Console) -> int:
