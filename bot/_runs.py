@@ -323,9 +323,12 @@ def plan_request(request: CompareRequest, run_id: int | None, plans: dict[str, P
     windows per launch of the launches after the first verdict, per mode whose plan wants more
     than one (:meth:`core._experiments.compare.CompareRequest.workload_for`). The first verdict
     stays at ``min_trials`` launches of the workload's windows, as without a plan: a change clear
-    there costs no more (bench/WINDOWS_RESULTS.md). No plans: no lines, nothing changed."""
+    there costs no more (bench/WINDOWS_RESULTS.md). No plans: no lines, nothing changed; launches
+    fixed (``max_trials`` no more than ``min_trials``, ``--rounds``): the plan's lines alone."""
     lines = [f"calibration (run {run_id}) {mode}: {p.line()}" for mode, p in plans.items()]
     min_trials = request.settings.min_trials
+    if request.settings.max_trials <= min_trials:  # launches fixed (--rounds): nothing after the first verdict
+        return lines
     request.later_windows = {mode: p.windows for mode, p in plans.items() if p.pairs and p.windows > 1}
     request.planned_trials = {mode: p.pairs for mode, p in plans.items() if p.pairs and p.pairs > min_trials}
     parts = [f"first verdict after {min_trials} launches per arm as without a plan"]

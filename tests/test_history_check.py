@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import numpy as np
 import pytest
 
 import core
@@ -154,6 +155,18 @@ def test_two_launches_that_agree_by_chance_do_not_make_a_level_known_on_a_host_w
     dropped = check_history("baseline", "commit", "a" * 40, [850.2, 849.8], setup, [then], margin_pct=2.0,
                             levels=[then, *others])
     assert dropped.outcome == "below", dropped.reason
+    # a pool of one other run (2 df): its spread, not a doubled df, and taken as the drift too
+    small = [PastLaunches(1, at, "b" * 40, [100.0, 101.4, 99.4], setup)]
+    tight = PastLaunches(3, at, "a" * 40, [100.0, 100.1], setup)
+    check = check_history("baseline", "commit", "a" * 40, [95.0, 95.1], setup, [tight], margin_pct=2.0,
+                          levels=[tight, *small])
+    assert check.outcome == "unsettled", check.reason
+    # two well-measured sides keep their own spread against a pool of one launch pair 2.8% apart
+    rng = np.random.default_rng(1)
+    measured = PastLaunches(3, at, "a" * 40, list(100.0 * np.exp(rng.normal(0.0, 0.005, 10))), setup)
+    check = check_history("baseline", "commit", "a" * 40, list(95.1 * np.exp(rng.normal(0.0, 0.005, 10))), setup,
+                          [measured], margin_pct=2.0, levels=[measured, PastLaunches(1, at, "b" * 40, [100.0, 102.8], setup)])
+    assert check.outcome == "below" and -6.5 < check.ci_low_pct < check.ci_high_pct < -3.5, check.reason
 
 
 async def test_both_arms_below_their_past_with_no_change_between_them_is_said_first(history):

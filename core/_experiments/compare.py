@@ -125,9 +125,10 @@ class CompareRequest:
     planned_trials: dict[str, int] = field(default_factory=dict)  # {mode: the plan's launches per arm} (verdict_for)
 
     def workload_for(self, mode: str, launches: int) -> WorkloadConfig:
-        """The workload of mode ``mode``'s next launch, after ``launches`` launches per arm: the
-        request's until the first verdict (``settings.min_trials`` launches), then with the
-        windows per launch of ``later_windows`` (the host's calibration's plan, bot's compare):
+        """The workload of mode ``mode``'s next launch, after ``launches`` kept launches of its
+        arm (a disturbed pair left out is measured again as before): the request's until
+        ``settings.min_trials`` are kept, the first verdict's, then with the windows per launch
+        of ``later_windows`` (the host's calibration's plan, bot._runs.plan_request):
         a change clear at the first verdict costs no more than without a plan, and the launches
         an undecided verdict adds measure the windows that buy the most for their GPU time
         (bench/WINDOWS_RESULTS.md)."""
@@ -570,7 +571,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                     arms = tuple(Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                                  for role in ("base", "head"))
                     up_since = time.monotonic()
-                    workload = request.workload_for(mode, len(result.trials[mode]["base"]))
+                    workload = request.workload_for(mode, len(figures(result, settings.pairing)[mode]["base"]))
                     trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first, workload)
                     result.engines_up_s += time.monotonic() - up_since
                     for offset, (arm, trial) in enumerate(zip(arms, trials), start=1):
@@ -585,7 +586,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                 up_since = time.monotonic()
-                workload = request.workload_for(mode, len(result.trials[mode][role]))
+                workload = request.workload_for(mode, len(figures(result, settings.pairing)[mode][role]))
                 trial = await _one_trial(request, obs, arm, seq, *engines[role], workload)
                 result.engines_up_s += time.monotonic() - up_since
                 result.trials[mode][role].append(trial)

@@ -367,13 +367,21 @@ class Shift:
     reason: str
 
 
-def _side_variance(x: np.ndarray, launch_var: tuple[float, int] | None) -> tuple[float, float]:
-    """One side's variance of its mean log tok/s and its degrees of freedom: its own, or the
-    pooled launch variance (:func:`unpaired_shift`'s ``launch_var``) where that is larger."""
-    own = float(x.var(ddof=1))
-    if launch_var is not None and launch_var[1] > 0 and launch_var[0] > own:
-        return launch_var[0] / x.size, float(launch_var[1])
-    return own / x.size, float(x.size - 1)
+def _launch_terms(a: np.ndarray, b: np.ndarray, launch_var: tuple[float, int] | None) -> list[tuple[float, float]]:
+    """The launch noise of ``mean(b) - mean(a)`` (logs) as Welch-Satterthwaite terms
+    ``(variance, degrees of freedom)``: Welch's, one term a side with its own variance; or, with
+    ``launch_var`` (:func:`unpaired_shift`), one pooled term, the two sides' squares and the
+    pool's together (a pooled t-test's ``s^2 (1/n_a + 1/n_b)`` with all their degrees of
+    freedom), whichever is the larger variance: a side noisier than the host's pool keeps its
+    own, two sides that agree by chance get the pool's."""
+    va, vb = float(a.var(ddof=1)), float(b.var(ddof=1))
+    welch = [(va / a.size, float(a.size - 1)), (vb / b.size, float(b.size - 1))]
+    if launch_var is None or launch_var[1] <= 0:
+        return welch
+    df = a.size - 1 + b.size - 1 + launch_var[1]
+    pooled = (va * (a.size - 1) + vb * (b.size - 1) + launch_var[0] * launch_var[1]) / df
+    term = pooled * (1 / a.size + 1 / b.size)
+    return [(term, float(df))] if term > welch[0][0] + welch[1][0] else welch
 
 
 def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float = 2.0, alpha: float = 0.05,
@@ -388,11 +396,11 @@ def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float
     needs a larger change to read as one (core._history.check); 0 treats the two groups as
     launches of one level. ``launch_var``: ``(variance of ln tok/s between launches of one
     run, its degrees of freedom)`` pooled over other stored runs of the same set-up
-    (core._history.check.launch_spread); a side's own variance is then taken as no smaller,
-    and where the pooled one is used it counts with its degrees of freedom: two launches that
+    (core._history.check.launch_spread); the launch noise is then the larger of Welch's and a
+    pooled t-test's over both sides and the pool (:func:`_launch_terms`): two launches that
     happen to agree to 0.1% do not make a run's level known to 0.1% on a host whose launches
-    usually differ by 2%. REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow
-    :func:`decide`'s rule.
+    usually differ by 2%, and a side noisier than the pool keeps its own spread.
+    REGRESSION/IMPROVEMENT, NO CHANGE and INCONCLUSIVE follow :func:`decide`'s rule.
 
     Args:
         before, after: per-trial output tok/s, at least 2 values each, all positive.
@@ -407,11 +415,12 @@ def unpaired_shift(before: list[float], after: list[float], *, margin_pct: float
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise ValueError("throughput values must be positive")
     mean = float(b.mean() - a.mean())
-    (va, dfa), (vb, dfb) = (_side_variance(x, launch_var) for x in (a, b))
+    terms = _launch_terms(a, b, launch_var)
     level = math.log1p(level_sd_pct / 100.0) ** 2
-    variance = va + vb + 2 * level
-    if va + vb > 0:  # Welch-Satterthwaite; the level's share counted with the smaller side's df
-        df = variance ** 2 / (va ** 2 / dfa + vb ** 2 / dfb + (2 * level) ** 2 / (min(a.size, b.size) - 1))
+    launch = sum(v for v, _ in terms)
+    variance = launch + 2 * level
+    if launch > 0:  # Welch-Satterthwaite; the level's share counted with the smaller side's df
+        df = variance ** 2 / (sum(v ** 2 / d for v, d in terms) + (2 * level) ** 2 / (min(a.size, b.size) - 1))
     else:
         df = float(min(a.size, b.size) - 1)
     estimate = _Estimate(mean, math.sqrt(variance), df)

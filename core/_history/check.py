@@ -8,16 +8,18 @@ engine and workload is tested against today's launches with
 :func:`core._experiments.stats.unpaired_shift` (two unpaired groups of launches, Welch's t
 interval and test of the change of mean log tok/s, the compare's margin): NO CHANGE is
 "consistent", REGRESSION "below", IMPROVEMENT "above", INCONCLUSIVE "unsettled". Each side
-brings its own launch-to-launch spread, taken as no smaller than the spread pooled over the
-stored runs of this set-up (:func:`launch_spread`; CI, 2026-12-07: two runs of one commit whose
-two launches each agreed to 0.1% read -2.9% (-3.6 .. -2.2) apart where launches of that
-engine usually differ by 1-4%), and the two runs' levels bring the host's drift between
+brings its own launch-to-launch spread, or, where that is smaller, the spread pooled over the
+stored runs of this set-up with both sides' (:func:`launch_spread`,
+:func:`core._experiments.stats.unpaired_shift`; CI, 2026-12-07: two runs of one commit whose two
+launches each agreed to 0.1% read -2.9% (-3.6 .. -2.2) apart where launches of that engine
+usually differ by 1-4%), and the two runs' levels bring the host's drift between
 runs (:func:`level_spread`: how far the same commit's level moved between stored runs of it
 here; issue 44: on a 2-vCPU VM an unchanged run rechecked 16 minutes later read +12.5%, all of
 it the host's level). The drift only makes a difference harder to claim: "below" or "above"
 needs the change beyond it as well (else "unsettled", saying so), "consistent" does not. Until
 the drift is learnt from at least two repeats of stored runs, it is taken as no smaller than the
-two runs' own launch-to-launch spread (:func:`assumed_level_spread`), except where the engine's
+two runs' own launch-to-launch spread (:func:`assumed_level_spread`; with two launches a side,
+the pooled one), except where the engine's
 configuration changed since that run (a named cause); the line says which it used. A noisy
 or drifting host gives "unsettled", never a false "below".
 
@@ -58,12 +60,16 @@ MAX_CHANGES_SHOWN = 5  # in :meth:`HistoryCheck.line`; ``changes`` keeps every o
 
 def setup_of(settings: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """What in a run's stored ``settings`` (``settings["engine"]``, the redacted engine config,
-    and ``settings["workload"]``) changes mode ``mode``'s figure: ``{model, served_model_name,
-    args, mode args, env, workload}``."""
+    ``settings["workload"]`` and the compare's ``pairing``) changes mode ``mode``'s figure or
+    its spread: ``{model, served_model_name, args, mode args, env, workload, pairing}``. The
+    pairing is neither matched on nor named; it keeps the spreads of launches one at a time and
+    of two engines in turns (five-fold apart on a VM, bench/NOISE_RESULTS.md) out of each
+    other's pools (:func:`level_spread`, :func:`launch_spread`)."""
     engine = settings.get("engine") or {}
     return {"model": engine.get("model"), "served_model_name": engine.get("served_model_name"),
             "args": engine.get("args"), "mode args": (engine.get("modes") or {}).get(mode),
-            "env": engine.get("env"), "workload": _filled(settings.get("workload"))}
+            "env": engine.get("env"), "workload": _filled(settings.get("workload")),
+            "pairing": (settings.get("compare") or {}).get("pairing")}
 
 
 def _filled(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -215,7 +221,7 @@ class LevelSpread:
     def line(self) -> str:
         if self.pairs == 0:
             return (f"this host's drift between runs is not measured yet (no commit of this set-up in two stored runs "
-                    f"here), so it is taken as the runs' own launch-to-launch spread, {self.sd_pct:.1f}%")
+                    f"here), so it is taken as the launch-to-launch spread, {self.sd_pct:.1f}%")
         return (f"this host's level moves {self.sd_pct:.1f}% (sd) between runs of one commit, from {self.pairs} "
                 f"repeat{'s' if self.pairs != 1 else ''} of stored runs")
 
@@ -308,13 +314,14 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
                             f"{key} differs: {moved}")
     then = comparable[0]
     levels = past if levels is None else levels
-    pooled = launch_spread(levels, today_setup)
+    # the pool is the other runs': ``then``'s own squares are counted as its side's (unpaired_shift)
+    pooled = launch_spread([p for p in levels if (p.run_id, p.sha) != (then.run_id, then.sha)], today_setup)
     shift = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha, launch_var=pooled)
     outcome = OUTCOMES.get(shift.verdict, "unsettled")
     reason = shift.reason if outcome == "unsettled" else f"{shift.verdict}: {shift.reason}"
     drift: LevelSpread | None = None
     if outcome in ("below", "above"):  # a difference is claimed only beyond the host's drift between runs too
-        drift = _drift(then, today, today_setup, levels)
+        drift = _drift(then, today, today_setup, levels, pooled)
         if drift is not None:
             drifted = unpaired_shift(then.output_tok_s, today, margin_pct=margin_pct, alpha=alpha,
                                      level_sd_pct=drift.sd_pct, launch_var=pooled)
@@ -334,19 +341,25 @@ def check_history(mode: str, role: str, sha: str, today: list[float], today_setu
 
 
 def _drift(then: PastLaunches, today: list[float], today_setup: Mapping[str, Any],
-           levels: list[PastLaunches]) -> LevelSpread | None:
+           levels: list[PastLaunches], pooled: tuple[float, int] | None = None) -> LevelSpread | None:
     """The drift between runs a below or above must clear (module docstring): measured from at
-    least two repeats of stored runs; else the larger of what was measured and the runs' own
-    launch spread (:func:`assumed_level_spread`), unless the engine's configuration changed
-    since that run (a named cause) or a side has only two launches (their spread is one
-    difference, no estimate; Welch's test on them has about one degree of freedom already):
-    then the measured drift, if any."""
+    least two repeats of stored runs; else the larger of what was measured and the launch
+    spread (:func:`assumed_level_spread`: the runs' own, or with two launches a side, whose
+    spread is one difference and no estimate, the spread ``pooled`` over the set-up's other
+    runs, :func:`launch_spread`), unless the engine's configuration changed since that run (a
+    named cause); with two launches a side and no pool, the measured drift, if any (Welch's df
+    of about 1 holds the interval open)."""
     measured = level_spread(levels, today_setup)
     if measured is not None and measured.pairs >= 2:
         return measured
-    if _differences(then.setup, today_setup, CONFIG_KEYS) or min(len(then.output_tok_s), len(today)) < 3:
-        return measured  # a named cause; or two launches a side, whose spread is no estimate (Welch's df ~1 holds)
-    assumed = assumed_level_spread(then.output_tok_s, today)
+    if _differences(then.setup, today_setup, CONFIG_KEYS):
+        return measured  # a named cause
+    if min(len(then.output_tok_s), len(today)) < 3:
+        if pooled is None:
+            return measured
+        assumed = LevelSpread(100.0 * math.expm1(math.sqrt(pooled[0])), 0)
+    else:
+        assumed = assumed_level_spread(then.output_tok_s, today)
     return assumed if measured is None or measured.sd_pct < assumed.sd_pct else measured
 
 
