@@ -18,6 +18,7 @@ or ``[DP0 TP0 EP0] ...``. The rank is the set of ``DP``/``TP``/``PP``/``EP`` tag
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 
 _LINE = re.compile(r"Decode batch(?:\s*\[(?P<iteration>\d+)\])?[.,]")
@@ -74,11 +75,30 @@ def decode_lines(text: str) -> list[DecodeLogLine]:
     return [parsed for line in text.splitlines() if (parsed := parse_decode_line(line))]
 
 
+IDLE_SHARE = 0.1  # a decode line under this share of its rank's median throughput covered an idle gap
+
+
+def _busy(lines: list[DecodeLogLine]) -> list[DecodeLogLine]:
+    """One rank's decode lines less those that cover an idle gap: the first (the gap before the
+    measured requests) and any whose throughput is under :data:`IDLE_SHARE` of the rank's median
+    (a gap inside the window: a client that stalled between two requests, the pause between two
+    windows). SGLang's first line after idle reports a near-zero throughput and a bogus
+    acceptance length (the stub's 0.05 tok/s and 9.99: a CI run of 2026-12-07 read 3.998 for
+    2.50 with one such line inside the window)."""
+    rest = lines[1:]
+    rates = [x.gen_tok_s for x in rest if x.gen_tok_s]
+    if not rates:
+        return rest
+    floor = IDLE_SHARE * statistics.median(rates)
+    return [x for x in rest if x.gen_tok_s is None or x.gen_tok_s >= floor]
+
+
 def window_figures(text: str) -> tuple[float | None, float | None, int]:
     """Acceptance length and gen throughput (tok/s) over one measured window.
 
-    ``text`` is the log written during the window. Each rank's first decode line is dropped:
-    it covers the idle gap before the measured requests and reports a near-zero throughput.
+    ``text`` is the log written during the window. Each rank's lines that cover an idle gap are
+    dropped (:func:`_busy`): its first, which covers the gap before the measured requests, and
+    any other whose throughput is near zero against the rank's median.
     The n-th line of every rank makes interval n (ranks log on the same decode-step count);
     intervals that not every rank reached are left out. Per interval, the ranks' throughputs
     are summed (the engine's total) and their acceptance lengths averaged weighted by each
@@ -91,7 +111,7 @@ def window_figures(text: str) -> tuple[float | None, float | None, int]:
     by_rank: dict[str, list[DecodeLogLine]] = {}
     for line in decode_lines(text):
         by_rank.setdefault(line.rank, []).append(line)
-    ranks = [lines[1:] for lines in by_rank.values()]
+    ranks = [_busy(lines) for lines in by_rank.values()]
     intervals = list(zip(*ranks)) if ranks else []
     accept, tput = [], []
     for interval in intervals:
