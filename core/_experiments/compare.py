@@ -215,6 +215,11 @@ class CompareResult:
                 "windows": sum(max(len(t.sample.window_tok_s), 1) for t in trials),
                 "measured_share": round(measured / self.engines_up_s, 3) if self.engines_up_s > 0 else None}
 
+    def kept_launches(self, mode: str, role: str) -> int:
+        """How many of arm ``role``'s launches in ``mode`` are kept (not in a pair left out as
+        disturbed), for :meth:`CompareRequest.workload_for`."""
+        return len(kept({role: self.trials[mode][role]}, self.left_out.get(mode, []))[role])
+
     def launches(self) -> list[dict]:
         """Every launch in order with its disturbance (:func:`core._experiments.report.launch_rows`)."""
         tok_s = {seq: trial.sample.output_tok_s for mode, by_role in self.trials.items()
@@ -571,7 +576,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                     arms = tuple(Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                                  for role in ("base", "head"))
                     up_since = time.monotonic()
-                    workload = request.workload_for(mode, len(figures(result, settings.pairing)[mode]["base"]))
+                    workload = request.workload_for(mode, result.kept_launches(mode, "base"))
                     trials = await _pair_trials(request, obs, arms, (seq + 1, seq + 2), engines, first, workload)
                     result.engines_up_s += time.monotonic() - up_since
                     for offset, (arm, trial) in enumerate(zip(arms, trials), start=1):
@@ -586,7 +591,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                 seq += 1
                 arm = Arm(role, result.base_sha if role == "base" else result.head_sha, mode)
                 up_since = time.monotonic()
-                workload = request.workload_for(mode, len(figures(result, settings.pairing)[mode][role]))
+                workload = request.workload_for(mode, result.kept_launches(mode, role))
                 trial = await _one_trial(request, obs, arm, seq, *engines[role], workload)
                 result.engines_up_s += time.monotonic() - up_since
                 result.trials[mode][role].append(trial)
