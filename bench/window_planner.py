@@ -13,14 +13,14 @@ default 2% margin, a first look, then a round (2 pairs) at a time while INCONCLU
   compare ran before windows existed;
 * ``planned first round``: launches x windows of :func:`core._experiments.calibrate.plan_windows`
   (90% power for a 5% change) before the first look (the planner of 2026-12-07 morning);
-* ``first look at 4``: the planned windows from the first launch, the first look at 4;
 * ``first look at 4 x 1, then planned``: the first look at 4 launches of one window, as without
   a plan; the launches after it measure the planned windows;
-* the same with a stricter alpha (0.01, 0.005) at the looks before the plan's launches, or
-  before today's first round (Haybittle and Peto's rule: interim looks at a small alpha, the
-  planned one at the compare's). The plan's launches at 0.005 is what compare does
+* the same with a stricter alpha at the looks before the plan's launches (0.005), or before the
+  launches carry the plan's information (0.005, 0.001: the sum over pairs of 1 / a pair's
+  variance at its windows against the plan's; Haybittle and Peto's rule: interim looks at a small
+  alpha, the planned one at the compare's). The plan's information at 0.001 is what compare does
   (:meth:`core._experiments.compare.CompareRequest.workload_for`,
-  :func:`core._experiments.compare.verdict_for`).
+  :class:`core._experiments.compare.PlannedLooks`).
 
 Every way of a cell draws the same random numbers (a common seed per cell).
 
@@ -42,10 +42,12 @@ import argparse
 import math
 import platform
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from core._experiments.calibrate import NoiseSplit, plan, plan_windows
+from core._experiments.compare import PlannedLooks
 from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, REGRESSION, ArmTrial, decide
 
 MARGIN_PCT = 2.0
@@ -63,40 +65,50 @@ GRID = [
 
 
 def simulate(between_pct: float, within_pct: float, first: tuple[int, int], then_windows: int, change_pct: float,
-             rng: np.random.Generator, max_pairs: int, early: tuple[int, float] = (0, 0.05)) -> tuple[str, int, int]:
+             rng: np.random.Generator, max_pairs: int, alpha_of: Callable[[list[int]], float] = lambda w: 0.05
+             ) -> tuple[str, int, int]:
     """One compare: a first look after ``first`` = (launch pairs, windows per launch), then a
     round of 2 pairs at ``then_windows`` at a time while INCONCLUSIVE. Returns (its final
-    verdict, its launch pairs, its windows per arm). ``early``: (pairs, alpha): a look before
-    that many pairs calls a change only at that alpha."""
+    verdict, its launch pairs, its windows per arm). ``alpha_of``: the alpha of a look, from the
+    windows of each launch pair so far."""
     def pairs(n: int, windows: int) -> list[float]:
         sd = math.sqrt(between_pct ** 2 + within_pct ** 2 / windows) / 100.0
         return list(math.log1p(-change_pct / 100.0) + rng.normal(0.0, sd, n))
 
-    ratios, windows = pairs(*first), first[0] * first[1]
+    ratios, counts = pairs(*first), [first[1]] * first[0]
     while True:
         base = [ArmTrial(1000.0)] * len(ratios)
         head = [ArmTrial(1000.0 * math.exp(r)) for r in ratios]
-        alpha = early[1] if len(ratios) < early[0] else 0.05
-        verdict = decide(base, head, margin_pct=MARGIN_PCT, alpha=alpha).verdict
+        verdict = decide(base, head, margin_pct=MARGIN_PCT, alpha=alpha_of(counts)).verdict
         if verdict != INCONCLUSIVE or len(ratios) >= max_pairs:
-            return verdict, len(ratios), windows
+            return verdict, len(ratios), sum(counts)
         ratios += pairs(2, then_windows)
-        windows += 2 * then_windows
+        counts += [then_windows] * 2
 
 
-def policies(split: NoiseSplit, max_pairs: int) -> list[tuple[str, tuple[int, int], int, tuple[int, float]]]:
-    """(name, first look (pairs, windows), windows of the launches after it, (pairs before which
-    a look calls a change only at the stricter alpha, that alpha)) of each way."""
+def policies(split: NoiseSplit, max_pairs: int) -> list[tuple[str, tuple[int, int], int, Callable[[list[int]], float]]]:
+    """(name, first look (pairs, windows), windows of the launches after it, the alpha of a look
+    from the windows of the launch pairs so far) of each way."""
     today = plan(max(split.pair_sd_pct(1), 0.01), CHANGE_PCT, max_pairs=max_pairs)
     planned = plan_windows(split, CHANGE_PCT, max_pairs=max_pairs)
     w, n = planned.windows or 1, planned.pairs or 0
-    return [("today", (min(max(4, today.pairs or 4), max_pairs), 1), 1, (0, 0.05)),
-            ("planned first round", (min(max(4, n or 4), max_pairs), w), w, (0, 0.05)),
-            ("first look at 4", (4, w), w, (0, 0.05)),
-            ("first look at 4 x 1, then planned", (4, 1), w, (0, 0.05)),
-            ("4 x 1, then planned; before the plan alpha 0.01", (4, 1), w, (n, 0.01)),
-            ("4 x 1, then planned; before the plan alpha 0.005 (what compare does)", (4, 1), w, (n, 0.005)),
-            ("4 x 1, then planned; before today's first round alpha 0.005", (4, 1), w, (today.pairs or 0, 0.005))]
+
+    def before(pairs: int, alpha: float) -> Callable[[list[int]], float]:
+        return lambda counts: alpha if len(counts) < pairs else 0.05
+
+    def informed(alpha: float) -> Callable[[list[int]], float]:
+        """``alpha`` until the launches so far carry the plan's information, counted by the
+        product's :meth:`core._experiments.compare.PlannedLooks.share`."""
+        looks = PlannedLooks(n, w, split.between_pct, split.within_pct) if n else None
+        return lambda counts: alpha if looks and looks.share(counts) < 1 - 1e-9 else 0.05
+
+    return [("today", (min(max(4, today.pairs or 4), max_pairs), 1), 1, before(0, 0.05)),
+            ("planned first round", (min(max(4, n or 4), max_pairs), w), w, before(0, 0.05)),
+            ("first look at 4 x 1, then planned", (4, 1), w, before(0, 0.05)),
+            ("4 x 1, then planned; before the plan's launches alpha 0.005", (4, 1), w, before(n, 0.005)),
+            ("4 x 1, then planned; before the plan's information alpha 0.005", (4, 1), w, informed(0.005)),
+            ("4 x 1, then planned; before the plan's information alpha 0.001 (what compare does)", (4, 1), w,
+             informed(0.001))]
 
 
 def cell(label: str, between: float, within: float, args: argparse.Namespace, seed: int) -> list[str]:
@@ -104,18 +116,18 @@ def cell(label: str, between: float, within: float, args: argparse.Namespace, se
     so two ways that run the same compares read the same."""
     split = NoiseSplit(between, within, 3, args.start_s, args.window_s)
     rows = []
-    for name, first, then, early in policies(split, args.max_pairs):
+    for name, first, then, alpha_of in policies(split, args.max_pairs):
         rng = np.random.default_rng(seed)
         row = f"| {label} | {between:.1f} / {within:.1f} | {name} | {first[0]} x {first[1]}, then x {then} |"
         for change in args.change_pct:
             decided = spent = 0.0
             for _ in range(args.draws):
-                verdict, n, windows = simulate(between, within, first, then, change, rng, args.max_pairs, early)
+                verdict, n, windows = simulate(between, within, first, then, change, rng, args.max_pairs, alpha_of)
                 spent += 2 * (n * args.start_s + windows * args.window_s) / 3600.0
                 decided += verdict == REGRESSION
             per = f"{spent / decided:.2f}" if decided else "-"
             row += f" {decided / args.draws:.1%} | {per} |"
-        false = sum(simulate(between, within, first, then, 0.0, rng, args.max_pairs, early)[0] in (REGRESSION, IMPROVEMENT)
+        false = sum(simulate(between, within, first, then, 0.0, rng, args.max_pairs, alpha_of)[0] in (REGRESSION, IMPROVEMENT)
                     for _ in range(args.aa_draws))
         rows.append(row + f" {false / args.aa_draws:.2%} |")
     return rows

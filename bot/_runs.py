@@ -15,6 +15,7 @@ from core._experiments.calibrate import Plan, noise_split, pair_spread_pct, plan
 from core._experiments.compare import (
     INTERIM_ALPHA,
     CompareRequest,
+    PlannedLooks,
     arm_differences,
     judge_compare,
     verdict_for,
@@ -121,7 +122,8 @@ def stored_report(stored: storage.StoredRun, recompute: bool = False) -> tuple[d
     if recompute:
         inert = next((snap.data.get("inert") for snap in stored.snapshots if snap.phase == "commit-diff"), None)
         planned = stored.run.settings.get("planned_trials") or {}
-        verdicts = {m: verdict_for(trials[m], settings, inert, planned.get(m, 0)) for m in stored.run.modes}
+        verdicts = {m: verdict_for(trials[m], settings, inert, PlannedLooks.from_stored(planned[m]) if m in planned else None)
+                    for m in stored.run.modes}
     else:
         verdicts = {v.mode: v.to_verdict() for v in stored.verdicts}
     rows = launch_rows(seqs, {s: t.output_tok_s for s, t in by_seq.items()}, disturbed, left_out, windows)
@@ -330,10 +332,13 @@ def plan_request(request: CompareRequest, run_id: int | None, plans: dict[str, P
     if request.settings.max_trials <= min_trials:  # launches fixed (--rounds): nothing after the first verdict
         return lines
     request.later_windows = {mode: p.windows for mode, p in plans.items() if p.pairs and p.windows > 1}
-    request.planned_trials = {mode: p.pairs for mode, p in plans.items() if p.pairs and p.pairs > min_trials}
+    request.planned_trials = {
+        mode: PlannedLooks(p.pairs, p.windows, *((p.split.between_pct, p.split.within_pct) if p.split else (1.0, 0.0)))
+        for mode, p in plans.items() if p.pairs and (p.pairs > min_trials or p.windows > 1)}
     parts = [f"first verdict after {min_trials} launches per arm as without a plan"]
     if request.planned_trials:
-        parts.append("before the plan's " + ", ".join(f"{mode} {n}" for mode, n in request.planned_trials.items())
+        parts.append("before they carry the information of the plan's "
+                     + ", ".join(f"{mode} {p.line()}" for mode, p in request.planned_trials.items())
                      + f" a look decides only at alpha {INTERIM_ALPHA:g}")
     if request.later_windows:
         parts.append("launches after the first verdict measure "

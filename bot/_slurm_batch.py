@@ -47,7 +47,7 @@ import core
 import storage
 from bot._common import open_host, owner_alive
 from core._experiments.bisection import BisectStep, CompareRunner
-from core._experiments.compare import CompareRequest, compare
+from core._experiments.compare import CompareRequest, PlannedLooks, compare
 from core._hosts import SlurmHost, SlurmJob
 
 # What each final Slurm state means for the run (Slurm's JobState names).
@@ -105,7 +105,7 @@ async def submit(db, request: CompareRequest, shas: tuple[str, str], extra: dict
             "force_clean": request.force_clean, "base_engine_name": request.base_engine_name,
             "base_engine": request.base_engine.model_dump(mode="json") if request.base_engine else None,
             "profile_dir": request.profile_dir or f"{host.workdir}/profiles/run-{run_id}",
-            "later_windows": request.later_windows, "planned_trials": request.planned_trials}
+            "later_windows": request.later_windows, "planned_trials": {m: p.to_dict() for m, p in request.planned_trials.items()}}
     try:
         await host.makedirs(jobs)
         await host.write_file(spec_path, json.dumps(spec).encode(), private=True)
@@ -449,13 +449,14 @@ async def run_job(spec_path: str) -> int:
     if host.config.slurm and not host.config.slurm.exclusive:  # a job of ours may share the node
         engine = engine.model_copy(update={"port": _free_port()})
         base_engine = base_engine.model_copy(update={"port": engine.port}) if base_engine else None
+    planned = {m: PlannedLooks.from_stored(p) for m, p in (spec.get("planned_trials") or {}).items()}
     request = CompareRequest(
         engine_name=spec["engine_name"], engine=engine,
         workload_name=spec["workload_name"], workload=core.WorkloadConfig.model_validate(spec["workload"]),
         head_ref=spec["head_ref"], base_ref=spec["base_ref"], modes=spec["modes"],
         settings=core.CompareConfig.model_validate(spec["settings"]), host=host, force_clean=spec["force_clean"],
         profile_dir=spec.get("profile_dir"), base_engine_name=spec.get("base_engine_name"), base_engine=base_engine,
-        later_windows=spec.get("later_windows") or {}, planned_trials=spec.get("planned_trials") or {})
+        later_windows=spec.get("later_windows") or {}, planned_trials=planned)
     store = storage.RunStore(db)
     await asyncio.to_thread(store.resume, run_id)
     await asyncio.to_thread(storage.update_settings, db, run_id, "slurm",

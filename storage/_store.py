@@ -46,7 +46,8 @@ class RunStore(CompareObserver):
         name), ``set_up`` (what differs, base -> head) and ``base_engine_config`` (secrets hidden),
         unless the two set-ups are the same; the windows per launch planned for the launches after
         the first verdict as ``settings["later_windows"]`` (``{mode: windows}``) and the launches
-        per arm the calibration planned as ``settings["planned_trials"]``, when any."""
+        per arm the calibration planned as ``settings["planned_trials"]`` (``{mode:
+        PlannedLooks.to_dict()}``), when any."""
         keep_alive(self.db)
         set_up = request.set_up_differences()  # none: one set-up on both sides, an A/A of it like any other
         arms = {} if not set_up or request.base_engine is None else {"arms": {
@@ -63,7 +64,8 @@ class RunStore(CompareObserver):
                           "client": "local" if request.host.is_local else request.host.client_where,
                           "owner": identity().as_owner(), **arms, **(extra or {}),
                           **({"later_windows": request.later_windows} if request.later_windows else {}),
-                          **({"planned_trials": request.planned_trials} if request.planned_trials else {})},
+                          **({"planned_trials": {m: p.to_dict() for m, p in request.planned_trials.items()}}
+                             if request.planned_trials else {})},
             )
             session.add(run)
             session.commit()

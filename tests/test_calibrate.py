@@ -12,7 +12,7 @@ import core
 import storage
 from bot._runs import calibration_plans, plan_request
 from core._experiments.calibrate import NoiseSplit, plan, plan_windows
-from core._experiments.compare import CompareRequest
+from core._experiments.compare import CompareRequest, PlannedLooks
 from core.testing import fake_engine_config
 from tests.conftest import ROOT, specperf_in_process
 
@@ -96,17 +96,19 @@ def test_compare_keeps_its_first_verdict_and_plans_the_windows_of_the_launches_a
     alone = plan(2.0)
     spread = request(core.CompareConfig(min_trials=4, max_trials=8))
     lines = plan_request(spread, 7, {"baseline": alone})
-    assert spread.later_windows == {} and spread.planned_trials == {"baseline": alone.pairs} and alone.pairs > 4
+    assert spread.later_windows == {} and spread.planned_trials == {"baseline": PlannedLooks(alone.pairs)}
+    assert alone.pairs > 4
     assert lines[0].startswith("calibration (run 7) baseline: launch-to-launch spread 2.0%")
-    assert lines[1] == (f"first verdict after 4 launches per arm as without a plan; before the plan's baseline "
-                        f"{alone.pairs} a look decides only at alpha 0.005")
+    assert lines[1] == (f"first verdict after 4 launches per arm as without a plan; before they carry the information "
+                        f"of the plan's baseline {alone.pairs} launches a look decides only at alpha 0.001")
     # from a noise split: that mode's windows after the first verdict, which stays at min_trials
     split = NoiseSplit(between_pct=0.3, within_pct=3.0, windows=3, start_s=300.0, window_s=60.0)
     planned = plan_windows(split)
     both = request(core.CompareConfig(min_trials=4, max_trials=16))
     lines = plan_request(both, 8, {"baseline": alone, "eagle3": planned})
     assert both.later_windows == {"eagle3": planned.windows} and planned.windows > 1
-    assert both.planned_trials == {m: p.pairs for m, p in (("baseline", alone), ("eagle3", planned)) if p.pairs > 4}
+    assert both.planned_trials == {"baseline": PlannedLooks(alone.pairs),
+                                   "eagle3": PlannedLooks(planned.pairs, planned.windows, 0.3, 3.0)}
     assert lines[-1].endswith(f"launches after the first verdict measure eagle3 {planned.windows} windows")
     assert [both.workload_for("eagle3", n).windows for n in range(6)] == [1] * 4 + [planned.windows] * 2
     assert [both.workload_for("baseline", n).windows for n in range(6)] == [1] * 6

@@ -102,28 +102,43 @@ def test_more_windows_never_turn_a_launch_effect_into_a_change_on_an_a_a(pairs):
     assert naive >= 80, naive
 
 
-def test_a_look_before_the_plans_launches_decides_only_at_the_interim_alpha():
+def test_a_look_before_the_plans_information_decides_only_at_the_interim_alpha():
     """verdict_for with a calibration's plan of 8 launches per arm: 4 pairs whose p (about
-    0.009) is under the compare's 0.05 but not under the interim 0.005 stay INCONCLUSIVE and say
-    why; the same pairs with no plan, or with the plan's launches reached, are a REGRESSION."""
+    0.009) is under the compare's 0.05 but not under the interim 0.001 stay INCONCLUSIVE and say
+    why; the same pairs with no plan, or with the plan's launches reached, are a REGRESSION. A
+    plan of 4 launches x 3 windows on a host whose noise is within launches: 4 launches of one
+    window carry a third of its information (an interim look), 4 of 3 windows all of it."""
     from core._config import CompareConfig
-    from core._experiments.compare import INTERIM_ALPHA, verdict_for
+    from core._experiments.compare import INTERIM_ALPHA, PlannedLooks, verdict_for
     from core._experiments.stats import INCONCLUSIVE
 
     settings = CompareConfig(min_trials=4, max_trials=16, margin_pct=2.0)
 
-    def trials(ratios):
-        return {"base": [ArmTrial(1000.0) for _ in ratios], "head": [ArmTrial(1000.0 * math.exp(r)) for r in ratios]}
+    def trials(ratios, windows=1):
+        def trial(tok_s):  # ``windows`` windows of one request each, every one at ``tok_s``
+            return ArmTrial(tok_s, requests=tuple({"window": k, "sent_ms": 1000.0 * k, "e2e_ms": 1000.0,
+                                                   "output_tokens": round(tok_s)} for k in range(windows)))
+        return {"base": [trial(1000.0) for _ in ratios], "head": [trial(1000.0 * math.exp(r)) for r in ratios]}
 
     four = [-0.14, -0.10, -0.06, -0.10]
     assert verdict_for(trials(four), settings).verdict == REGRESSION
-    interim = verdict_for(trials(four), settings, planned=8)
+    interim = verdict_for(trials(four), settings, planned=PlannedLooks(8))
     assert interim.verdict == INCONCLUSIVE and INTERIM_ALPHA < interim.p_value < settings.alpha
-    assert interim.reason.startswith("an interim look, 4 of the 8 launches per arm the calibration planned: decided "
-                                     "here only at alpha 0.005 (the 99.5% interval)"), interim.reason
+    assert interim.reason.startswith("an interim look, 4 launches per arm carrying 50% of the information of the 8 "
+                                     "launches per arm the calibration planned: decided here only at alpha 0.001 "
+                                     "(the 99.9% interval)"), interim.reason
     from core._experiments.report import ci_label
 
-    assert ci_label(interim.alpha) == "99.5% CI"  # what the terminal and Slack name its interval
-    assert verdict_for(trials(four * 2), settings, planned=8).verdict == REGRESSION
+    assert ci_label(interim.alpha) == "99.9% CI"  # what the terminal and Slack name its interval
+    assert verdict_for(trials(four * 2), settings, planned=PlannedLooks(8)).verdict == REGRESSION
     # a change clear at the first verdict stops the compare there, plan or not
-    assert verdict_for(trials([-0.16, -0.15, -0.17, -0.16]), settings, planned=8).verdict == REGRESSION
+    assert verdict_for(trials([-0.16, -0.15, -0.17, -0.16]), settings, planned=PlannedLooks(8)).verdict == REGRESSION
+    # windows count by the information they carry, not by the launches
+    windowed = PlannedLooks(4, windows=3, between_pct=0.0, within_pct=3.0)
+    assert windowed.share([1] * 4) == pytest.approx(1 / 3) and windowed.share([3] * 4) == pytest.approx(1.0)
+    one = verdict_for(trials(four), settings, planned=windowed)
+    assert one.verdict == INCONCLUSIVE and "4 launches per arm carrying 33% of the information of the 4 launches x 3 " \
+        "windows per arm" in one.reason, one.reason
+    assert verdict_for(trials(four, windows=3), settings, planned=windowed).verdict == REGRESSION
+    # stored runs: the plan as a dict, or the bare count runs kept before windows counted
+    assert PlannedLooks.from_stored(windowed.to_dict()) == windowed and PlannedLooks.from_stored(8) == PlannedLooks(8)

@@ -43,7 +43,9 @@ import functools
 import hashlib
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import _git
 from core._config import CompareConfig, EngineConfig, WorkloadConfig
@@ -122,7 +124,7 @@ class CompareRequest:
     base_engine_name: str | None = None  # the base arm's own set-up (core._experiments.arms), if any
     base_engine: EngineConfig | None = None
     later_windows: dict[str, int] = field(default_factory=dict)  # {mode: windows} after the first verdict
-    planned_trials: dict[str, int] = field(default_factory=dict)  # {mode: the plan's launches per arm} (verdict_for)
+    planned_trials: dict[str, PlannedLooks] = field(default_factory=dict)  # {mode: the calibration's plan} (verdict_for)
 
     def workload_for(self, mode: str, launches: int) -> WorkloadConfig:
         """The workload of mode ``mode``'s next launch, after ``launches`` kept launches of its
@@ -288,11 +290,49 @@ def inert_difference(files: list[str], base_sha: str, head_sha: str) -> str | No
     return None
 
 
-INTERIM_ALPHA = 0.005  # a look before the plan's launches (verdict_for; bench/WINDOWS_RESULTS.md)
+INTERIM_ALPHA = 0.001  # a look before the plan's information: Haybittle and Peto's boundary (verdict_for)
+
+
+@dataclass(frozen=True)
+class PlannedLooks:
+    """A mode's plan from the host's calibration, as the looks before it are judged
+    (:func:`verdict_for`): ``pairs`` launches per arm of ``windows`` windows each, on a host whose
+    launch pair change has a between-launch sd ``between_pct`` and a within-launch sd of one
+    window ``within_pct`` (%, :class:`core._experiments.calibrate.NoiseSplit`; a plan from a
+    launch spread alone is 1.0 and 0.0: launches count as they are)."""
+
+    pairs: int
+    windows: int = 1
+    between_pct: float = 1.0
+    within_pct: float = 0.0
+
+    def _variance(self, windows: int) -> float:
+        return max(self.between_pct ** 2 + self.within_pct ** 2 / max(windows, 1), 1e-12)
+
+    def share(self, windows: Sequence[int]) -> float:
+        """The share of the plan's information that launch pairs of ``windows`` windows each
+        carry: the sum over the pairs of 1 / the variance of a pair change at its windows, over
+        the plan's ``pairs`` at its ``windows`` (a group-sequential design's information
+        fraction, Jennison and Turnbull ch. 7); 1.0 or more once they carry the plan's."""
+        return sum(1 / self._variance(w) for w in windows) / (self.pairs / self._variance(self.windows))
+
+    def line(self) -> str:
+        """``7 launches x 3 windows`` (``7 launches`` with one window)."""
+        return f"{self.pairs} launches" + (f" x {self.windows} windows" if self.windows > 1 else "")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_stored(cls, value: int | Mapping[str, Any]) -> PlannedLooks:
+        """From a run's ``settings["planned_trials"]`` entry (:meth:`to_dict`), or a bare count of
+        launches, as runs stored it before the plan's windows counted (2026-12-07): launches of one
+        window, counted as they are."""
+        return cls(pairs=value) if isinstance(value, int) else cls(**value)
 
 
 def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, inert: str | None = None,
-                planned: int = 0) -> Verdict:
+                planned: PlannedLooks | None = None) -> Verdict:
     """The verdict of one mode from its trials so far, ``{"base": [...], "head": [...]}`` in
     launch order (pairs = the shorter arm's count), with the outputs check of its arms and its
     verdict per category (core._experiments.outputs, core._experiments.categories). When the
@@ -300,16 +340,20 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
     arms run the same code, so a REGRESSION or IMPROVEMENT by the numbers is reported as
     INCONCLUSIVE with what it is: the host's difference between the arms, never the commit's.
 
-    ``planned``: the launches per arm the host's calibration planned for this mode (0: none).
-    A look before them is an interim look of a group-sequential design (Haybittle and Peto's
-    rule: interim looks at a small alpha, the planned one at the compare's): it decides only at
-    :data:`INTERIM_ALPHA`, so a change that is clear early stops the compare there, and the
-    looks the plan did not need cost the A/A almost nothing in false changes (simulated in
-    bench/window_planner.py: 0.00-0.43% against 0.00-1.32% looking at the compare's alpha from
-    the first)."""
+    ``planned``: the host's calibration's plan for this mode, if any. A look before the launch
+    pairs carry the plan's information (:meth:`PlannedLooks.share`: launches of one window
+    before a plan of several windows carry less than their count) is an interim look of a
+    group-sequential design (Haybittle and Peto's rule: interim looks at alpha 0.001, the
+    planned one and later at the compare's): it decides only at :data:`INTERIM_ALPHA`, so a
+    change that is clear early stops the compare there, and the looks the plan did not price
+    add no false change to an A/A over the compare that waits for the plan (simulated in
+    bench/window_planner.py: 0.00% wherever that one's is, against 1 or 2 A/As in 4,000 more at
+    0.005)."""
     n = min(len(trials["base"]), len(trials["head"]))
     base, head = trials["base"][:n], trials["head"][:n]
-    alpha = INTERIM_ALPHA if n < planned and INTERIM_ALPHA < settings.alpha else settings.alpha
+    share = planned.share([min(len(b.window_tok_s) or 1, len(h.window_tok_s) or 1) for b, h in zip(base, head)]) \
+        if planned else 1.0
+    alpha = INTERIM_ALPHA if share < 1 - 1e-9 and INTERIM_ALPHA < settings.alpha else settings.alpha
 
     def judge(base: list[ArmTrial], head: list[ArmTrial], alpha: float) -> Verdict:
         verdict = decide(base, head, margin_pct=settings.margin_pct, alpha=alpha, min_pairs=settings.min_trials)
@@ -325,7 +369,8 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
                                   categories=category_verdicts(base, head, alpha, judge))
     if alpha != settings.alpha and n >= settings.min_trials:
         verdict = dataclasses.replace(verdict, reason=(
-            f"an interim look, {n} of the {planned} launches per arm the calibration planned: decided here only at "
+            f"an interim look, {n} launches per arm carrying {share:.0%} of the information of the "
+            f"{planned.line() if planned else ''} per arm the calibration planned: decided here only at "
             f"alpha {alpha:g} (the {100 * (1 - alpha):g}% interval); {verdict.reason}"))
     missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
                       if t.acceptance_missing})
@@ -601,7 +646,7 @@ async def _experiment(request: CompareRequest, obs: CompareObserver,
                     await asyncio.sleep(settings.cooldown_s)
         result.disturbed, result.left_out = judge_compare(result.seqs, result.windows, settings)
         view = figures(result, settings.pairing)
-        result.verdicts = {m: verdict_for(view[m], settings, result.inert, request.planned_trials.get(m, 0))
+        result.verdicts = {m: verdict_for(view[m], settings, result.inert, request.planned_trials.get(m))
                            for m in request.modes}
         obs.verdicts_updated(result.verdicts)
         launches = len(result.trials[request.modes[0]]["base"]) if request.modes else 0

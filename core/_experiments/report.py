@@ -99,7 +99,7 @@ class CostReport(TypedDict):
 
 def ci_label(alpha: float | None) -> str:
     """The name of a verdict's interval at its ``alpha``: ``95% CI`` (0.05, and verdicts stored
-    without one), ``99.5% CI`` for an interim look (core._experiments.compare.INTERIM_ALPHA) or
+    without one), ``99.9% CI`` for an interim look (core._experiments.compare.INTERIM_ALPHA) or
     whatever a config's ``alpha`` makes it."""
     return f"{100 * (1 - (0.05 if alpha is None else alpha)):.4g}% CI"
 
