@@ -98,9 +98,11 @@ def policies(split: NoiseSplit, max_pairs: int) -> list[tuple[str, tuple[int, in
 
     def informed(alpha: float) -> Callable[[list[int]], float]:
         """``alpha`` until the launches so far carry the plan's information, counted by the
-        product's :meth:`core._experiments.compare.PlannedLooks.share`."""
+        product's :meth:`core._experiments.compare.PlannedLooks.share`, or reach the cap (the
+        last look, at 0.05 as compare's)."""
         looks = PlannedLooks(n, w, split.between_pct, split.within_pct) if n else None
-        return lambda counts: alpha if looks and looks.share(counts) < 1 - 1e-9 else 0.05
+        return lambda counts: (alpha if looks and looks.share(counts) < 1 - 1e-9 and len(counts) < max_pairs
+                               else 0.05)
 
     return [("today", (min(max(4, today.pairs or 4), max_pairs), 1), 1, before(0, 0.05)),
             ("planned first round", (min(max(4, n or 4), max_pairs), w), w, before(0, 0.05)),

@@ -320,12 +320,13 @@ def calibration_plans(db, engine_name: str, host: str, workload_name: str,
 
 def plan_request(request: CompareRequest, run_id: int | None, plans: dict[str, Plan]) -> list[str]:
     """Put the host's calibration (run ``run_id``'s ``plans``, :func:`calibration_plans`) into a
-    compare's ``request`` and say it in lines: the plan's launches per arm, before which a look
-    decides only at the interim alpha (:func:`core._experiments.compare.verdict_for`), and the
-    windows per launch of the launches after the first verdict, per mode whose plan wants more
-    than one (:meth:`core._experiments.compare.CompareRequest.workload_for`). The first verdict
-    stays at ``min_trials`` launches of the workload's windows, as without a plan: a change clear
-    there costs no more (bench/WINDOWS_RESULTS.md). No plans: no lines, nothing changed; launches
+    compare's ``request`` and say it in lines: the plan (:class:`core._experiments.compare.PlannedLooks`,
+    per mode whose plan wants more than ``min_trials`` launches or more than one window), before
+    whose information a look decides only at the interim alpha
+    (:func:`core._experiments.compare.verdict_for`), and the windows per launch of the launches
+    after the first verdict (:meth:`core._experiments.compare.CompareRequest.workload_for`). The
+    first verdict stays at ``min_trials`` launches of the workload's windows, as without a plan,
+    and decides a change clear at 99.9% there (bench/WINDOWS_RESULTS.md). No plans: no lines, nothing changed; launches
     fixed (``max_trials`` no more than ``min_trials``, ``--rounds``): the plan's lines alone."""
     lines = [f"calibration (run {run_id}) {mode}: {p.line()}" for mode, p in plans.items()]
     min_trials = request.settings.min_trials

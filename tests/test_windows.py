@@ -140,5 +140,11 @@ def test_a_look_before_the_plans_information_decides_only_at_the_interim_alpha()
     assert one.verdict == INCONCLUSIVE and "4 launches per arm carrying 33% of the information of the 4 launches x 3 " \
         "windows per arm" in one.reason, one.reason
     assert verdict_for(trials(four, windows=3), settings, planned=windowed).verdict == REGRESSION
-    # stored runs: the plan as a dict, or the bare count runs kept before windows counted
-    assert PlannedLooks.from_stored(windowed.to_dict()) == windowed and PlannedLooks.from_stored(8) == PlannedLooks(8)
+    # the compare's last look (max_trials) is at its own alpha, whatever share of the plan it reached
+    last = verdict_for(trials(four), CompareConfig(min_trials=4, max_trials=4, margin_pct=2.0), planned=PlannedLooks(8))
+    assert last.verdict == REGRESSION and last.alpha == 0.05, last
+    # stored runs: the plan as a dict, or the bare count runs kept before windows counted, with
+    # that rule's interim alpha, so their verdicts recompute as they were given
+    assert PlannedLooks.from_stored(windowed.to_dict()) == windowed
+    assert PlannedLooks.from_stored(8) == PlannedLooks(8, interim_alpha=0.005)
+    assert verdict_for(trials(four), settings, planned=PlannedLooks.from_stored(8)).alpha == 0.005

@@ -42,6 +42,7 @@ import enum
 import functools
 import hashlib
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -299,12 +300,15 @@ class PlannedLooks:
     (:func:`verdict_for`): ``pairs`` launches per arm of ``windows`` windows each, on a host whose
     launch pair change has a between-launch sd ``between_pct`` and a within-launch sd of one
     window ``within_pct`` (%, :class:`core._experiments.calibrate.NoiseSplit`; a plan from a
-    launch spread alone is 1.0 and 0.0: launches count as they are)."""
+    launch spread alone is 1.0 and 0.0: launches count as they are). ``interim_alpha``: the
+    alpha of a look before it (:data:`INTERIM_ALPHA`; a run stored with the rule of before
+    2026-12-07 evening keeps its 0.005, so its verdicts recompute as they were given)."""
 
     pairs: int
     windows: int = 1
     between_pct: float = 1.0
     within_pct: float = 0.0
+    interim_alpha: float = INTERIM_ALPHA
 
     def _variance(self, windows: int) -> float:
         return max(self.between_pct ** 2 + self.within_pct ** 2 / max(windows, 1), 1e-12)
@@ -327,8 +331,8 @@ class PlannedLooks:
     def from_stored(cls, value: int | Mapping[str, Any]) -> PlannedLooks:
         """From a run's ``settings["planned_trials"]`` entry (:meth:`to_dict`), or a bare count of
         launches, as runs stored it before the plan's windows counted (2026-12-07): launches of one
-        window, counted as they are."""
-        return cls(pairs=value) if isinstance(value, int) else cls(**value)
+        window, counted as they are, with that rule's interim alpha 0.005."""
+        return cls(pairs=value, interim_alpha=0.005) if isinstance(value, int) else cls(**value)
 
 
 def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, inert: str | None = None,
@@ -348,12 +352,16 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
     change that is clear early stops the compare there, and the looks the plan did not price
     add no false change to an A/A over the compare that waits for the plan (simulated in
     bench/window_planner.py: 0.00% wherever that one's is, against 1 or 2 A/As in 4,000 more at
-    0.005)."""
+    0.005). The look at ``settings.max_trials`` pairs is the compare's last, at its own alpha
+    whatever the share (Haybittle and Peto's final analysis): the first ``min_trials`` launches
+    measure the workload's windows, so a plan of several windows can be out of reach within
+    the cap."""
     n = min(len(trials["base"]), len(trials["head"]))
     base, head = trials["base"][:n], trials["head"][:n]
     share = planned.share([min(len(b.window_tok_s) or 1, len(h.window_tok_s) or 1) for b, h in zip(base, head)]) \
         if planned else 1.0
-    alpha = INTERIM_ALPHA if share < 1 - 1e-9 and INTERIM_ALPHA < settings.alpha else settings.alpha
+    interim = planned is not None and share < 1 - 1e-9 and n < settings.max_trials
+    alpha = planned.interim_alpha if interim and planned and planned.interim_alpha < settings.alpha else settings.alpha
 
     def judge(base: list[ArmTrial], head: list[ArmTrial], alpha: float) -> Verdict:
         verdict = decide(base, head, margin_pct=settings.margin_pct, alpha=alpha, min_pairs=settings.min_trials)
@@ -369,7 +377,7 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
                                   categories=category_verdicts(base, head, alpha, judge))
     if alpha != settings.alpha and n >= settings.min_trials:
         verdict = dataclasses.replace(verdict, reason=(
-            f"an interim look, {n} launches per arm carrying {share:.0%} of the information of the "
+            f"an interim look, {n} launches per arm carrying {math.floor(100 * share)}% of the information of the "
             f"{planned.line() if planned else ''} per arm the calibration planned: decided here only at "
             f"alpha {alpha:g} (the {100 * (1 - alpha):g}% interval); {verdict.reason}"))
     missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
