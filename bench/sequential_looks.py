@@ -17,35 +17,23 @@ bench/WINDOWS_RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from core._experiments.stats import IMPROVEMENT, INCONCLUSIVE, REGRESSION, ArmTrial, decide
-
-MARGIN_PCT = 2.0
+from bench.window_planner import MARGIN_PCT, simulate
+from core._experiments.stats import IMPROVEMENT, REGRESSION
 
 
 def false_change(sd_pct: float, max_pairs: int, alpha_at: Callable[[int], float], draws: int, seed: int) -> float:
-    """The share of ``draws`` A/A compares (pair log-ratios normal, sd ``sd_pct`` %) whose final
-    verdict is a change, looking at 4 pairs and every 2 more up to ``max_pairs``; look k (from 0)
-    at ``alpha_at(k)``."""
+    """The share of ``draws`` A/A compares (pair log-ratios normal, sd ``sd_pct`` %, one window a
+    launch: :func:`bench.window_planner.simulate`) whose final verdict is a change, looking at 4
+    pairs and every 2 more up to ``max_pairs``; look k (from 0) at ``alpha_at(k)``."""
     rng = np.random.default_rng(seed)
-    changes = 0
-    for _ in range(draws):
-        ratios, look = list(rng.normal(0.0, sd_pct / 100.0, 4)), 0
-        while True:
-            verdict = decide([ArmTrial(1000.0)] * len(ratios), [ArmTrial(1000.0 * math.exp(r)) for r in ratios],
-                             margin_pct=MARGIN_PCT, alpha=alpha_at(look)).verdict
-            if verdict != INCONCLUSIVE or len(ratios) >= max_pairs:
-                break
-            ratios += list(rng.normal(0.0, sd_pct / 100.0, 2))
-            look += 1
-        changes += verdict in (REGRESSION, IMPROVEMENT)
-    return changes / draws
+    return sum(simulate(0.0, sd_pct, (4, 1), 1, 0.0, rng, max_pairs, lambda counts: alpha_at((len(counts) - 4) // 2))[0]
+               in (REGRESSION, IMPROVEMENT) for _ in range(draws)) / draws
 
 
 def main() -> None:

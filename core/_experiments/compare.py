@@ -358,10 +358,11 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
     the cap."""
     n = min(len(trials["base"]), len(trials["head"]))
     base, head = trials["base"][:n], trials["head"][:n]
-    share = planned.share([min(len(b.window_tok_s) or 1, len(h.window_tok_s) or 1) for b, h in zip(base, head)]) \
-        if planned else 1.0
-    interim = planned is not None and share < 1 - 1e-9 and n < settings.max_trials
-    alpha = planned.interim_alpha if interim and planned and planned.interim_alpha < settings.alpha else settings.alpha
+    alpha, share = settings.alpha, 1.0
+    if planned is not None and n < settings.max_trials:
+        share = planned.share([min(len(b.window_tok_s) or 1, len(h.window_tok_s) or 1) for b, h in zip(base, head)])
+        if share < 1 - 1e-9:
+            alpha = min(planned.interim_alpha, settings.alpha)
 
     def judge(base: list[ArmTrial], head: list[ArmTrial], alpha: float) -> Verdict:
         verdict = decide(base, head, margin_pct=settings.margin_pct, alpha=alpha, min_pairs=settings.min_trials)
@@ -375,10 +376,10 @@ def verdict_for(trials: dict[str, list[ArmTrial]], settings: CompareConfig, iner
 
     verdict = dataclasses.replace(judge(base, head, alpha), outputs=compare_answers(base, head),
                                   categories=category_verdicts(base, head, alpha, judge))
-    if alpha != settings.alpha and n >= settings.min_trials:
+    if planned is not None and alpha != settings.alpha and n >= settings.min_trials:
         verdict = dataclasses.replace(verdict, reason=(
             f"an interim look, {n} launches per arm carrying {math.floor(100 * share)}% of the information of the "
-            f"{planned.line() if planned else ''} per arm the calibration planned: decided here only at "
+            f"{planned.line()} per arm the calibration planned: decided here only at "
             f"alpha {alpha:g} (the {100 * (1 - alpha):g}% interval); {verdict.reason}"))
     missing = sorted({t.acceptance_missing for arm in ("base", "head") for t in trials[arm][:n]
                       if t.acceptance_missing})
